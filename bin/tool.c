@@ -1,0 +1,176 @@
+/* Shared plumbing of the flow-* programs: common options, the usage and
+ * error grammar, strict option values, signal cleanup and the stdout check. */
+#include <config.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <flow/file.h>
+#include <flow/log.h>
+#include <flow/parse.h>
+#include <flow/version.h>
+
+#include "tool.h"
+
+void flow_tool_init(flow_tool_t *tool, const char *name, const char *help,
+		    bool line_buffered)
+{
+	tool->name = name;
+	tool->help = help;
+	tool->json = false;
+	flow_log_set_prog(name);
+	opterr = 0; /* getopt's own messages do not follow flow's grammar */
+	if (line_buffered)
+		setvbuf(stdout, NULL, _IOLBF, 0);
+	if (flow_log_level_from_env() != FLOW_OK)
+		flow_tool_usage_error(tool,
+				      "invalid FLOW_LOG_LEVEL '%s' (expected off, error, warn, info, debug, trace or 0-5)",
+				      getenv("FLOW_LOG_LEVEL"));
+}
+
+static _Noreturn void print_help(const flow_tool_t *tool)
+{
+	fputs(tool->help, stdout);
+	exit(flow_tool_finish(tool, 0));
+}
+
+static _Noreturn void print_version(const flow_tool_t *tool)
+{
+	printf("%s %s\n%s\n", tool->name, flow_version(), flow_features());
+	exit(flow_tool_finish(tool, 0));
+}
+
+bool flow_tool_common_option(flow_tool_t *tool, int opt, char *const argv[])
+{
+	switch (opt) {
+	case 'v':
+		if (flow_log_get_level() < FLOW_LOG_TRACE)
+			flow_log_set_level(flow_log_get_level() + 1);
+		return true;
+	case 'q':
+		if (flow_log_get_level() > FLOW_LOG_OFF)
+			flow_log_set_level(flow_log_get_level() - 1);
+		return true;
+	case FLOW_OPT_JSON:
+		tool->json = true;
+		return true;
+	case 'h':
+		print_help(tool);
+	case FLOW_OPT_VERSION:
+		print_version(tool);
+	case ':':
+		flow_tool_usage_error(tool, "option '%s' needs a value",
+				      argv[optind - 1]);
+	case '?':
+		if (optopt && optopt < 0x100)
+			flow_tool_usage_error(tool, "unknown option '-%c'",
+					      optopt);
+		flow_tool_usage_error(tool, "unknown option '%s'",
+				      argv[optind - 1]);
+	}
+	return false;
+}
+
+void flow_tool_usage_error(const flow_tool_t *tool, const char *fmt, ...)
+{
+	va_list ap;
+	fflush(stdout);
+	fprintf(stderr, "%s: ", tool->name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry '%s --help' for more information.\n",
+		tool->name);
+	exit(2);
+}
+
+void flow_tool_error(const flow_tool_t *tool, const char *fmt, ...)
+{
+	va_list ap;
+	fflush(stdout);
+	fprintf(stderr, "%s: ", tool->name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int flow_tool_fail(const flow_tool_t *tool, const flow_diag_t *diag)
+{
+	flow_tool_error(tool, "%s", flow_diag_message(diag));
+	return diag->err == FLOW_ERR_USAGE ? 2 : 1;
+}
+
+int64_t flow_tool_int(const flow_tool_t *tool, const char *option,
+		      const char *text, int64_t min, int64_t max)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	int64_t value;
+	if (flow_parse_int(text, min, max, &value, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "%s: %s", option,
+				      flow_diag_message(&diag));
+	return value;
+}
+
+uint64_t flow_tool_size(const flow_tool_t *tool, const char *option,
+			const char *text)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	uint64_t value;
+	if (flow_parse_size(text, &value, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "%s: %s", option,
+				      flow_diag_message(&diag));
+	return value;
+}
+
+double flow_tool_double(const flow_tool_t *tool, const char *option,
+			const char *text, double min, double max)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	double value;
+	if (flow_parse_double(text, min, max, &value, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "%s: %s", option,
+				      flow_diag_message(&diag));
+	return value;
+}
+
+static void cleanup_and_reraise(int sig)
+{
+	flow_atomic_file_cleanup_all();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+void flow_tool_install_signal_cleanup(void)
+{
+	static const int signals[] = { SIGINT, SIGTERM, SIGHUP };
+	for (size_t i = 0; i < sizeof(signals) / sizeof(signals[0]); i++) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = cleanup_and_reraise;
+		sigemptyset(&sa.sa_mask);
+		sigaction(signals[i], &sa, NULL);
+	}
+	/* A closed pipe shows up as EPIPE in flow_tool_finish instead. */
+	signal(SIGPIPE, SIG_IGN);
+}
+
+int flow_tool_finish(const flow_tool_t *tool, int status)
+{
+	errno = 0;
+	int failed = fflush(stdout) != 0 || ferror(stdout);
+	/* Like git: a reader that went away early (| head) is not an error. */
+	if (failed && errno != EPIPE) {
+		int saved = errno;
+		fprintf(stderr, "%s: cannot write standard output%s%s\n",
+			tool->name, saved ? ": " : "",
+			saved ? strerror(saved) : "");
+		return status ? status : 1;
+	}
+	return status;
+}

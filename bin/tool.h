@@ -1,0 +1,76 @@
+/* What every flow-* program shares: the common options (-v, -q, --json,
+ * -h, --version), the usage and error grammar, strict option-value parsing,
+ * signal cleanup of artifacts and the final check of stdout.  Each tool's
+ * main() follows the same five stages: parse options, validate, call
+ * libflow, write results, return flow_tool_finish(). */
+#ifndef FLOW_TOOL_H
+#define FLOW_TOOL_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <flow/error.h>
+
+/* getopt codes for long-only options: common ones, then each tool's from
+ * FLOW_OPT_TOOL on. */
+enum {
+	FLOW_OPT_JSON = 0x1000,
+	FLOW_OPT_VERSION,
+	FLOW_OPT_TOOL = 0x1100,
+};
+
+#define FLOW_COMMON_SHORT_OPTIONS "vqh"
+#define FLOW_COMMON_OPTIONS                                   \
+	{ "verbose", no_argument, NULL, 'v' },                \
+	{ "quiet", no_argument, NULL, 'q' },                  \
+	{ "json", no_argument, NULL, FLOW_OPT_JSON },         \
+	{ "help", no_argument, NULL, 'h' },                   \
+	{ "version", no_argument, NULL, FLOW_OPT_VERSION }
+
+typedef struct flow_tool {
+	const char *name;  /* "flow-bench" */
+	const char *help;  /* full usage text, printed by --help */
+	bool json;         /* --json given */
+} flow_tool_t;
+
+/* Set up logging (program name, FLOW_LOG_LEVEL), line-buffer stdout when
+ * line_buffered (long-running tools), and make getopt silent so errors follow
+ * flow's grammar.  Exits 2 when FLOW_LOG_LEVEL is invalid. */
+void flow_tool_init(flow_tool_t *tool, const char *name, const char *help,
+		    bool line_buffered);
+
+/* Handle one getopt result if it is a common option or an error ('?', ':'):
+ * returns true when handled (-v/-q/--json), exits for --help (0), --version
+ * (0) and errors (2), and returns false for the tool's own options. */
+bool flow_tool_common_option(flow_tool_t *tool, int opt, char *const argv[]);
+
+/* "flow-x: <message>" and "Try 'flow-x --help' for more information." on
+ * stderr, exit 2. */
+_Noreturn void flow_tool_usage_error(const flow_tool_t *tool, const char *fmt,
+				     ...) __attribute__((format(printf, 2, 3)));
+
+/* "flow-x: <message>" on stderr, after flushing stdout. */
+void flow_tool_error(const flow_tool_t *tool, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Print diag's message as an error and return 1 (2 for FLOW_ERR_USAGE). */
+int flow_tool_fail(const flow_tool_t *tool, const flow_diag_t *diag);
+
+/* Strict option values: a bad value is a usage error naming the option. */
+int64_t flow_tool_int(const flow_tool_t *tool, const char *option,
+		      const char *text, int64_t min, int64_t max);
+uint64_t flow_tool_size(const flow_tool_t *tool, const char *option,
+			const char *text);
+double flow_tool_double(const flow_tool_t *tool, const char *option,
+			const char *text, double min, double max);
+
+/* On SIGINT/SIGTERM/SIGHUP: remove every temporary an atomic file holds,
+ * then re-raise so the shell sees 128+N. */
+void flow_tool_install_signal_cleanup(void);
+
+/* Flush stdout and check it: a write error (ENOSPC, EIO) turns status 0
+ * into 1 with a message; a reader that closed the pipe early is not an
+ * error.  Returns the exit status to return from main. */
+int flow_tool_finish(const flow_tool_t *tool, int status);
+
+#endif

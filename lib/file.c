@@ -1,0 +1,304 @@
+/* Atomic artifact writes (temp name, fsync, rename, fsync dir) and whole-file
+ * reads.  Open temporaries are registered so a signal handler can remove
+ * them without touching any final name. */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <flow/file.h>
+
+/* Temporaries that a signal handler may have to remove.  Fixed slots so the
+ * handler needs no allocation and no lock. */
+#define TEMP_SLOTS 64
+static char temp_paths[TEMP_SLOTS][PATH_MAX];
+static volatile sig_atomic_t temp_used[TEMP_SLOTS];
+static pthread_mutex_t temp_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct flow_atomic_file {
+	FILE *stream;
+	char *final_path;
+	char *temp_path;
+	int slot; /* index in temp_paths, or -1 when not registered */
+};
+
+static int temp_register(const char *path)
+{
+	int slot = -1;
+	if (strlen(path) >= PATH_MAX)
+		return -1;
+	pthread_mutex_lock(&temp_lock);
+	for (int i = 0; i < TEMP_SLOTS; i++) {
+		if (!temp_used[i]) {
+			memcpy(temp_paths[i], path, strlen(path) + 1);
+			temp_used[i] = 1;
+			slot = i;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&temp_lock);
+	return slot;
+}
+
+static void temp_unregister(int slot)
+{
+	if (slot < 0)
+		return;
+	pthread_mutex_lock(&temp_lock);
+	temp_used[slot] = 0;
+	pthread_mutex_unlock(&temp_lock);
+}
+
+void flow_atomic_file_cleanup_all(void)
+{
+	for (int i = 0; i < TEMP_SLOTS; i++)
+		if (temp_used[i])
+			unlink(temp_paths[i]);
+}
+
+static char *dup_printf(const char *fmt, const char *a, long b)
+{
+	int n = snprintf(NULL, 0, fmt, a, b);
+	if (n < 0)
+		return NULL;
+	char *s = malloc((size_t)n + 1);
+	if (s)
+		snprintf(s, (size_t)n + 1, fmt, a, b);
+	return s;
+}
+
+flow_err_t flow_atomic_file_open(const char *path,
+				 flow_atomic_file_t **file_out,
+				 flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	flow_atomic_file_t *file = calloc(1, sizeof(*file));
+	if (!file)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	file->slot = -1;
+	file->final_path = strdup(path);
+	file->temp_path = dup_printf("%s.tmp.%ld", path, (long)getpid());
+	if (!file->final_path || !file->temp_path) {
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		goto out_free;
+	}
+	file->slot = temp_register(file->temp_path);
+	int fd = open(file->temp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+		      0644);
+	if (fd < 0) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot create '%s'", file->temp_path);
+		goto out_unregister;
+	}
+	file->stream = fdopen(fd, "wb");
+	if (!file->stream) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot open '%s'", file->temp_path);
+		close(fd);
+		goto out_unlink;
+	}
+	*file_out = file;
+	return FLOW_OK;
+
+out_unlink:
+	unlink(file->temp_path);
+out_unregister:
+	temp_unregister(file->slot);
+out_free:
+	free(file->temp_path);
+	free(file->final_path);
+	free(file);
+	return err;
+}
+
+FILE *flow_atomic_file_stream(flow_atomic_file_t *file)
+{
+	return file->stream;
+}
+
+const char *flow_atomic_file_temp_path(const flow_atomic_file_t *file)
+{
+	return file->temp_path;
+}
+
+flow_err_t flow_atomic_file_write(flow_atomic_file_t *file, const void *data,
+				  size_t len, flow_diag_t *diag)
+{
+	if (len && fwrite(data, 1, len, file->stream) != len)
+		return flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				       "cannot write '%s'", file->temp_path);
+	return FLOW_OK;
+}
+
+static void atomic_file_destroy(flow_atomic_file_t *file)
+{
+	temp_unregister(file->slot);
+	free(file->temp_path);
+	free(file->final_path);
+	free(file);
+}
+
+flow_err_t flow_atomic_file_commit(flow_atomic_file_t *file,
+				   flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	FILE *stream = file->stream;
+	file->stream = NULL;
+	if (fflush(stream) != 0 || ferror(stream)) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot write '%s'", file->temp_path);
+		fclose(stream);
+		goto out_unlink;
+	}
+	if (fsync(fileno(stream)) != 0) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot sync '%s'", file->temp_path);
+		fclose(stream);
+		goto out_unlink;
+	}
+	if (fclose(stream) != 0) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot close '%s'", file->temp_path);
+		goto out_unlink;
+	}
+	if (rename(file->temp_path, file->final_path) != 0) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot rename '%s' to '%s'",
+				      file->temp_path, file->final_path);
+		goto out_unlink;
+	}
+	/* The rename is durable only once the directory entry is. */
+	err = flow_fsync_dir(file->final_path, diag);
+	atomic_file_destroy(file);
+	return err;
+
+out_unlink:
+	unlink(file->temp_path);
+	atomic_file_destroy(file);
+	return err;
+}
+
+void flow_atomic_file_abort(flow_atomic_file_t *file)
+{
+	if (!file)
+		return;
+	if (file->stream)
+		fclose(file->stream);
+	unlink(file->temp_path);
+	atomic_file_destroy(file);
+}
+
+flow_err_t flow_file_write_atomic(const char *path, const void *data,
+				  size_t len, flow_diag_t *diag)
+{
+	flow_atomic_file_t *file;
+	flow_err_t err = flow_atomic_file_open(path, &file, diag);
+	if (err != FLOW_OK)
+		return err;
+	err = flow_atomic_file_write(file, data, len, diag);
+	if (err != FLOW_OK) {
+		flow_atomic_file_abort(file);
+		return err;
+	}
+	return flow_atomic_file_commit(file, diag);
+}
+
+flow_err_t flow_fsync_dir(const char *path, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	struct stat st;
+	char *dir = NULL;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		dir = strdup(path);
+	} else {
+		const char *slash = strrchr(path, '/');
+		if (!slash)
+			dir = strdup(".");
+		else if (slash == path)
+			dir = strdup("/");
+		else
+			dir = strndup(path, (size_t)(slash - path));
+	}
+	if (!dir)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot open directory '%s'", dir);
+		goto out_free;
+	}
+	/* Some file systems cannot sync a directory; that is not a failure. */
+	if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS)
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot sync directory '%s'", dir);
+	close(fd);
+out_free:
+	free(dir);
+	return err;
+}
+
+flow_err_t flow_file_read_all(const char *path, char **data_out,
+			      size_t *len_out, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	char *data = NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				       "cannot open '%s'", path);
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot stat '%s'", path);
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		err = flow_diag_set(diag, FLOW_ERR_IO,
+				    "cannot read '%s': not a regular file",
+				    path);
+		goto out_close;
+	}
+	size_t len = (size_t)st.st_size, cap;
+	if (!flow_add_size(len, 1, &cap) || !(data = malloc(cap))) {
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM,
+				    "out of memory reading '%s'", path);
+		goto out_close;
+	}
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = read(fd, data + got, len - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+					      "cannot read '%s'", path);
+			goto out_free;
+		}
+		if (n == 0) {
+			err = flow_diag_set(diag, FLOW_ERR_IO,
+					    "cannot read '%s': file shrank while reading",
+					    path);
+			goto out_free;
+		}
+		got += (size_t)n;
+	}
+	data[len] = '\0';
+	*data_out = data;
+	*len_out = len;
+	close(fd);
+	return FLOW_OK;
+
+out_free:
+	free(data);
+out_close:
+	close(fd);
+	return err;
+}

@@ -1,0 +1,65 @@
+/* File I/O that never leaves a half-written artifact under its final name:
+ * writes go to "<name>.tmp.<pid>" in the same directory, which is fsynced,
+ * renamed into place and its directory fsynced on commit, and unlinked on
+ * abort.  Also whole-file reads with errors that name the file. */
+#ifndef FLOW_FILE_H
+#define FLOW_FILE_H
+
+#include <stdio.h>
+
+#include <flow/error.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct flow_atomic_file flow_atomic_file_t;
+
+/* Open a temporary file beside path for writing (mode 0644 before umask).
+ * Free with flow_atomic_file_commit() or flow_atomic_file_abort(). */
+FLOW_EXPORT flow_err_t flow_atomic_file_open(const char *path,
+					     flow_atomic_file_t **file_out,
+					     flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+/* The stdio stream to write through; borrowed until commit or abort. */
+FLOW_EXPORT FILE *flow_atomic_file_stream(flow_atomic_file_t *file);
+/* Name of the temporary file; borrowed until commit or abort. */
+FLOW_EXPORT const char *flow_atomic_file_temp_path(
+	const flow_atomic_file_t *file);
+/* Write len bytes. */
+FLOW_EXPORT flow_err_t flow_atomic_file_write(flow_atomic_file_t *file,
+					      const void *data, size_t len,
+					      flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+/* Flush, fsync, rename onto the final name, fsync the directory, free.  On
+ * failure the temporary is removed, the final name untouched, file freed. */
+FLOW_EXPORT flow_err_t flow_atomic_file_commit(flow_atomic_file_t *file,
+					       flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+/* Remove the temporary and free; NULL is ignored. */
+FLOW_EXPORT void flow_atomic_file_abort(flow_atomic_file_t *file);
+
+/* Write a whole buffer atomically to path. */
+FLOW_EXPORT flow_err_t flow_file_write_atomic(const char *path,
+					      const void *data, size_t len,
+					      flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+/* Read a whole regular file.  *data_out is NUL-terminated (not counted in
+ * *len_out) and owned by the caller: free with free(). */
+FLOW_EXPORT flow_err_t flow_file_read_all(const char *path, char **data_out,
+					  size_t *len_out, flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+/* fsync the directory holding path (or path itself when it is one). */
+FLOW_EXPORT flow_err_t flow_fsync_dir(const char *path, flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+
+/* Temporaries of every open atomic file are unlinked by
+ * flow_atomic_file_cleanup_all(), which is async-signal-safe: a tool's
+ * SIGINT/SIGTERM handler calls it and then re-raises the signal. */
+FLOW_EXPORT void flow_atomic_file_cleanup_all(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,20 @@
+/* libflow: everything public, for programs that want one include. */
+#ifndef FLOW_FLOW_H
+#define FLOW_FLOW_H
+
+#include <flow/common.h>
+#include <flow/error.h>
+#include <flow/log.h>
+#include <flow/parse.h>
+#include <flow/mem.h>
+#include <flow/file.h>
+#include <flow/checksum.h>
+#include <flow/compress.h>
+#include <flow/tensor.h>
+#include <flow/rng.h>
+#include <flow/version.h>
+#include <flow/kernels.h>
+#include <flow/kernels_ref.h>
+#include <flow/bench.h>
+
+#endif

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# count-tests.sh BUILD_DIR: count test cases from the logs of the last
+# 'make check' (cmocka summaries and bats TAP lines, not test programs) and
+# print 'N passed, N failed'.  A test program that crashed or produced no
+# summary counts as one failure.
+set -uo pipefail
+build=${1:?usage: count-tests.sh BUILD_DIR}
+passed=0 failed=0
+while IFS= read -r -d '' trs; do
+	log=${trs%.trs}.log
+	result=$(sed -n 's/^:test-result: //p' "$trs" | head -n 1)
+	case $log in
+	*.bats.log)
+		p=$(grep -c '^ok ' "$log")
+		f=$(grep -c '^not ok ' "$log")
+		;;
+	*)
+		p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+		f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+		;;
+	esac
+	if [ "$result" = SKIP ]; then
+		continue
+	fi
+	if [ "$result" != PASS ] && [ "$f" -eq 0 ]; then
+		f=1 # crashed, or failed before its summary
+	fi
+	passed=$((passed + p))
+	failed=$((failed + f))
+done < <(find "$build" -name '*.trs' -print0)
+echo "$passed passed, $failed failed"

@@ -1,0 +1,156 @@
+/* Atomic writes never leave a half-written file under the final name. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <flow/file.h>
+
+static char dir[256];
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof(dir), "/tmp/flow-test-file-XXXXXX");
+	return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char path[512];
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		unlink(path);
+	}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+	return 0;
+}
+
+static int count_entries(void)
+{
+	int n = 0;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static void test_file_write_atomic_then_read_back(void **state)
+{
+	(void)state;
+	char path[512], *data;
+	size_t len;
+	snprintf(path, sizeof(path), "%s/a.txt", dir);
+	assert_int_equal(flow_file_write_atomic(path, "hello\n", 6, NULL), FLOW_OK);
+	assert_int_equal(flow_file_read_all(path, &data, &len, NULL), FLOW_OK);
+	assert_int_equal(len, 6);
+	assert_string_equal(data, "hello\n");
+	free(data);
+	assert_int_equal(count_entries(), 1); /* no temporary left */
+}
+
+static void test_file_abort_keeps_the_old_contents(void **state)
+{
+	(void)state;
+	char path[512], *data;
+	size_t len;
+	snprintf(path, sizeof(path), "%s/b.txt", dir);
+	assert_int_equal(flow_file_write_atomic(path, "old", 3, NULL), FLOW_OK);
+	flow_atomic_file_t *f;
+	assert_int_equal(flow_atomic_file_open(path, &f, NULL), FLOW_OK);
+	assert_int_equal(flow_atomic_file_write(f, "new data", 8, NULL), FLOW_OK);
+	assert_int_equal(count_entries(), 2); /* the temporary beside it */
+	assert_non_null(strstr(flow_atomic_file_temp_path(f), "b.txt.tmp."));
+	flow_atomic_file_abort(f);
+	assert_int_equal(count_entries(), 1);
+	assert_int_equal(flow_file_read_all(path, &data, &len, NULL), FLOW_OK);
+	assert_string_equal(data, "old");
+	free(data);
+	flow_atomic_file_abort(NULL);
+}
+
+static void test_file_cleanup_all_removes_open_temporaries(void **state)
+{
+	(void)state;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/c.bin", dir);
+	flow_atomic_file_t *f;
+	assert_int_equal(flow_atomic_file_open(path, &f, NULL), FLOW_OK);
+	assert_int_equal(count_entries(), 1);
+	flow_atomic_file_cleanup_all(); /* what a signal handler does */
+	assert_int_equal(count_entries(), 0);
+	flow_atomic_file_abort(f);
+}
+
+static void test_file_errors_name_the_file(void **state)
+{
+	(void)state;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	char *data;
+	size_t len;
+	assert_int_equal(flow_file_read_all("/nonexistent/x", &data, &len, &diag),
+			 FLOW_ERR_IO);
+	assert_non_null(strstr(diag.msg, "cannot open '/nonexistent/x': "));
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_file_write_atomic("/nonexistent/dir/y", "x", 1, &diag),
+			 FLOW_ERR_IO);
+	assert_non_null(strstr(diag.msg, "cannot create '/nonexistent/dir/y.tmp."));
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_file_read_all(dir, &data, &len, &diag), FLOW_ERR_IO);
+	assert_non_null(strstr(diag.msg, "not a regular file"));
+}
+
+static void test_file_commit_failure_leaves_final_name_alone(void **state)
+{
+	(void)state;
+	/* Renaming onto an existing directory fails: the old entry stays and
+	 * the temporary is removed. */
+	char path[512];
+	snprintf(path, sizeof(path), "%s/sub", dir);
+	assert_int_equal(mkdir(path, 0755), 0);
+	char inner[600];
+	snprintf(inner, sizeof(inner), "%s/keep", path);
+	FILE *k = fopen(inner, "w");
+	fclose(k);
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_atomic_file_t *f;
+	assert_int_equal(flow_atomic_file_open(path, &f, NULL), FLOW_OK);
+	assert_int_equal(flow_atomic_file_write(f, "x", 1, NULL), FLOW_OK);
+	assert_int_equal(flow_atomic_file_commit(f, &diag), FLOW_ERR_IO);
+	assert_non_null(strstr(diag.msg, "cannot rename"));
+	struct stat st;
+	assert_int_equal(stat(inner, &st), 0);
+	unlink(inner);
+	rmdir(path);
+	assert_int_equal(count_entries(), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_file_write_atomic_then_read_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_abort_keeps_the_old_contents, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_cleanup_all_removes_open_temporaries, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_errors_name_the_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_commit_failure_leaves_final_name_alone, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
