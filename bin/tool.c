@@ -10,12 +10,51 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <flow/blas.h>
 #include <flow/file.h>
 #include <flow/log.h>
 #include <flow/parse.h>
 #include <flow/version.h>
 
 #include "tool.h"
+
+/* OpenBLAS chooses its kernels when it is loaded, before main.  When it fell
+ * back to kernels slower than this CPU can run (a CPU newer than the
+ * OpenBLAS build) and the user did not choose any, run this program again
+ * with OPENBLAS_CORETYPE set: the same argv, from /proc/self/cmdline.  Any
+ * failure just leaves the slower kernels. */
+static void restart_with_better_blas_kernels(void)
+{
+	const char *want = flow_blas_preferred_coretype();
+	if (!want || getenv("OPENBLAS_CORETYPE"))
+		return;
+	FILE *f = fopen("/proc/self/cmdline", "rb");
+	if (!f)
+		return;
+	static char cmdline[1 << 16];
+	size_t len = fread(cmdline, 1, sizeof(cmdline) - 1, f);
+	bool whole = feof(f);
+	fclose(f);
+	if (!whole || len == 0)
+		return;
+	cmdline[len] = '\0';
+	size_t argc = 0;
+	for (size_t i = 0; i < len; i++)
+		argc += cmdline[i] == '\0';
+	char **argv = calloc(argc + 1, sizeof(*argv));
+	if (!argv)
+		return;
+	for (size_t i = 0, a = 0; a < argc; i += strlen(cmdline + i) + 1)
+		argv[a++] = cmdline + i;
+	flow_log(FLOW_LOG_INFO,
+		 "OpenBLAS chose generic kernels on this CPU; restarting with OPENBLAS_CORETYPE=%s",
+		 want);
+	setenv("OPENBLAS_CORETYPE", want, 1);
+	fflush(NULL);
+	execv("/proc/self/exe", argv);
+	unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on as we are */
+	free(argv);
+}
 
 void flow_tool_init(flow_tool_t *tool, const char *name, const char *help,
 		    bool line_buffered)
@@ -31,6 +70,7 @@ void flow_tool_init(flow_tool_t *tool, const char *name, const char *help,
 		flow_tool_usage_error(tool,
 				      "invalid FLOW_LOG_LEVEL '%s' (expected off, error, warn, info, debug, trace or 0-5)",
 				      getenv("FLOW_LOG_LEVEL"));
+	restart_with_better_blas_kernels();
 }
 
 static _Noreturn void print_help(const flow_tool_t *tool)

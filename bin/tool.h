@@ -36,7 +36,10 @@ typedef struct flow_tool {
 
 /* Set up logging (program name, FLOW_LOG_LEVEL), line-buffer stdout when
  * line_buffered (long-running tools), and make getopt silent so errors follow
- * flow's grammar.  Exits 2 when FLOW_LOG_LEVEL is invalid. */
+ * flow's grammar.  Exits 2 when FLOW_LOG_LEVEL is invalid.  When OpenBLAS
+ * fell back to kernels slower than this CPU supports and OPENBLAS_CORETYPE
+ * is unset, the program is executed again with it set (flow/blas.h); call
+ * this first, before any other work. */
 void flow_tool_init(flow_tool_t *tool, const char *name, const char *help,
 		    bool line_buffered);
 

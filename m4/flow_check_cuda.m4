@@ -24,7 +24,9 @@ AC_DEFUN([FLOW_CHECK_CUDA], [
 		CPPFLAGS="$CPPFLAGS $CUDA_CPPFLAGS"
 		LDFLAGS="$LDFLAGS $CUDA_LDFLAGS"
 		have_cuda=yes
-		AC_CHECK_HEADERS([cuda_runtime.h cublas_v2.h], [], [have_cuda=no])
+		AS_IF([test ! -d "$flow_cuda_dir/include"], [have_cuda=no])
+		AS_IF([test "x$have_cuda" = xyes],
+			[AC_CHECK_HEADERS([cuda_runtime.h cublas_v2.h], [], [have_cuda=no])])
 		AS_IF([test "x$have_cuda" = xyes],
 			[AC_CHECK_LIB([cudart], [cudaMalloc], [], [have_cuda=no])])
 		AS_IF([test "x$have_cuda" = xyes],

@@ -13,6 +13,7 @@
 #include <flow/tensor.h>
 #include <flow/rng.h>
 #include <flow/version.h>
+#include <flow/blas.h>
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
 #include <flow/bench.h>
