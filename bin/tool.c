@@ -18,15 +18,16 @@
 
 #include "tool.h"
 
-/* OpenBLAS chooses its kernels when it is loaded, before main.  When it fell
- * back to kernels slower than this CPU can run (a CPU newer than the
- * OpenBLAS build) and the user did not choose any, run this program again
- * with OPENBLAS_CORETYPE set: the same argv, from /proc/self/cmdline.  Any
- * failure just leaves the slower kernels. */
-static void restart_with_better_blas_kernels(void)
+/* libgomp and OpenBLAS read their settings when they are loaded, before
+ * main, so the only way to change them is to run the program again with the
+ * environment set: the same argv, from /proc/self/cmdline.  Settings the
+ * user made are kept; any failure just leaves the slower runtime. */
+static void restart_with_tuned_runtime(void)
 {
-	const char *want = flow_blas_preferred_coretype();
-	if (!want || getenv("OPENBLAS_CORETYPE"))
+	const char *coretype = flow_blas_preferred_coretype();
+	bool set_coretype = coretype && !getenv("OPENBLAS_CORETYPE");
+	bool set_wait = !getenv("OMP_WAIT_POLICY");
+	if (!set_coretype && !set_wait)
 		return;
 	FILE *f = fopen("/proc/self/cmdline", "rb");
 	if (!f)
@@ -46,31 +47,42 @@ static void restart_with_better_blas_kernels(void)
 		return;
 	for (size_t i = 0, a = 0; a < argc; i += strlen(cmdline + i) + 1)
 		argv[a++] = cmdline + i;
-	flow_log(FLOW_LOG_INFO,
-		 "OpenBLAS chose generic kernels on this CPU; restarting with OPENBLAS_CORETYPE=%s",
-		 want);
-	setenv("OPENBLAS_CORETYPE", want, 1);
+	if (set_coretype) {
+		flow_log(FLOW_LOG_INFO,
+			 "OpenBLAS chose kernels slower than this CPU supports; using OPENBLAS_CORETYPE=%s",
+			 coretype);
+		setenv("OPENBLAS_CORETYPE", coretype, 1);
+	}
+	/* Sleeping, not spinning, between parallel regions, so idle OpenMP
+	 * threads leave the cores to OpenBLAS's threads (spinning cost the
+	 * GEMMs up to half their speed on a 2-core machine). */
+	if (set_wait)
+		setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
 	fflush(NULL);
 	execv("/proc/self/exe", argv);
-	unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on as we are */
+	if (set_coretype) /* exec failed: carry on as we are */
+		unsetenv("OPENBLAS_CORETYPE");
+	if (set_wait)
+		unsetenv("OMP_WAIT_POLICY");
 	free(argv);
 }
 
 void flow_tool_init(flow_tool_t *tool, const char *name, const char *help,
-		    bool line_buffered)
+		    unsigned flags)
 {
 	tool->name = name;
 	tool->help = help;
 	tool->json = false;
 	flow_log_set_prog(name);
 	opterr = 0; /* getopt's own messages do not follow flow's grammar */
-	if (line_buffered)
+	if (flags & FLOW_TOOL_LINE_BUFFERED)
 		setvbuf(stdout, NULL, _IOLBF, 0);
 	if (flow_log_level_from_env() != FLOW_OK)
 		flow_tool_usage_error(tool,
 				      "invalid FLOW_LOG_LEVEL '%s' (expected off, error, warn, info, debug, trace or 0-5)",
 				      getenv("FLOW_LOG_LEVEL"));
-	restart_with_better_blas_kernels();
+	if (flags & FLOW_TOOL_COMPUTE)
+		restart_with_tuned_runtime();
 }
 
 static _Noreturn void print_help(const flow_tool_t *tool)

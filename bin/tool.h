@@ -34,14 +34,27 @@ typedef struct flow_tool {
 	bool json;         /* --json given */
 } flow_tool_t;
 
-/* Set up logging (program name, FLOW_LOG_LEVEL), line-buffer stdout when
- * line_buffered (long-running tools), and make getopt silent so errors follow
- * flow's grammar.  Exits 2 when FLOW_LOG_LEVEL is invalid.  When OpenBLAS
- * fell back to kernels slower than this CPU supports and OPENBLAS_CORETYPE
- * is unset, the program is executed again with it set (flow/blas.h); call
- * this first, before any other work. */
+/* What a program is, for flow_tool_init. */
+enum {
+	/* Long-running: line-buffer stdout so `tail -f` shows rows as they
+	 * happen. */
+	FLOW_TOOL_LINE_BUFFERED = 1 << 0,
+	/* Runs CPU kernels: make sure OpenMP and OpenBLAS are set up to be
+	 * fast (see flow_tool_init). */
+	FLOW_TOOL_COMPUTE = 1 << 1,
+};
+
+/* Set up logging (program name, FLOW_LOG_LEVEL) and make getopt silent so
+ * errors follow flow's grammar; flags are FLOW_TOOL_* bits.  Exits 2 when
+ * FLOW_LOG_LEVEL is invalid.  Call it first, before any other work: with
+ * FLOW_TOOL_COMPUTE, when OMP_WAIT_POLICY is unset (OpenMP threads would
+ * spin against the BLAS's own threads after every parallel region) or
+ * OpenBLAS fell back to kernels slower than this CPU supports and
+ * OPENBLAS_CORETYPE is unset, the program is executed again, once, with
+ * OMP_WAIT_POLICY=PASSIVE and OPENBLAS_CORETYPE set (both libraries read
+ * them only when they are loaded).  Values the user set are kept. */
 void flow_tool_init(flow_tool_t *tool, const char *name, const char *help,
-		    bool line_buffered);
+		    unsigned flags);
 
 /* Handle one getopt result if it is a common option or an error ('?', ':'):
  * returns true when handled (-v/-q/--json), exits for --help (0), --version

@@ -9,8 +9,12 @@
  *   micro-batches simply sums its gradients; callers zero gradients first.
  *   Any gradient pointer documented as optional may be NULL to skip it.
  * - Kernels run on the calling thread's OpenMP team and BLAS.  Every result
- *   is bit-for-bit identical whatever the number of threads: reductions use a
- *   fixed partition of the work, never one that depends on the thread count.
+ *   is bit-for-bit identical whatever the number of OpenMP threads:
+ *   reductions use a fixed partition of the work, never one that depends on
+ *   the thread count.  The GEMMs inside matmul are the BLAS's, so their bits
+ *   also depend on the BLAS's own thread count and kernel choice (OpenBLAS
+ *   0.3.21 is not invariant in its thread count for every shape or core
+ *   type); keep the BLAS configuration fixed for reproducible runs.
  * - Kernels cannot fail given valid arguments; they do not check them.
  *
  * lib/kernels/cuda/ mirrors this file signature for signature (kernels_cuda.h).
@@ -81,7 +85,9 @@ FLOW_EXPORT void flow_cpu_gelu_backward(float *dinp, const float *inp,
 FLOW_EXPORT void flow_cpu_attention_forward(float *out, float *att,
 					    const float *qkv, size_t B,
 					    size_t T, size_t C, size_t NH);
-/* Bytes of scratch the backward pass needs for these sizes. */
+/* Bytes of scratch the backward pass needs for these sizes (one T-float row
+ * per (b,h), each on a 64-byte boundary; contents need not be initialised
+ * and are garbage afterwards). */
 FLOW_EXPORT size_t flow_cpu_attention_scratch_bound(size_t B, size_t T,
 						    size_t C, size_t NH);
 /* dqkv (B,T,3C) += gradient of out w.r.t. qkv.  scratch holds at least

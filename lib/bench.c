@@ -1,0 +1,1280 @@
+/* Kernel benchmarks (flow/bench.h): inputs from Philox, a check against the
+ * reference kernels, timing with CLOCK_MONOTONIC, and the records flow-bench
+ * prints.  Every FLOP and byte count here is the formula documented in
+ * man/flow-bench.1; change both together. */
+#include <config.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <flow/bench.h>
+#include <flow/blas.h>
+#include <flow/kernels.h>
+#include <flow/kernels_ref.h>
+#include <flow/log.h>
+#include <flow/mem.h>
+#include <flow/parse.h>
+#include <flow/rng.h>
+#include <flow/version.h>
+
+#include "bench_internal.h"
+
+/* Rows of a large GEMM result the reference recomputes: the naive reference
+ * runs at about 1e9 multiply-adds per second, so a full check of a
+ * 256 x 768 x 50304 matmul would take longer than the benchmark. */
+#define BENCH_CHECK_ROWS 8
+/* Rows of dweight (cheap: N*IN multiply-adds each). */
+#define BENCH_CHECK_WROWS 64
+
+/* ---- statistics and checking ----------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+void flow_bench_median_min(double *samples, size_t n, double *median_out,
+			   double *min_out)
+{
+	if (n == 0) {
+		*median_out = NAN;
+		*min_out = NAN;
+		return;
+	}
+	qsort(samples, n, sizeof(*samples), cmp_double);
+	*min_out = samples[0];
+	*median_out = n % 2 ? samples[n / 2]
+			    : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+}
+
+uint64_t flow_bench_count_wrong(const float *got, const float *ref, size_t n,
+				double rtol, double atol)
+{
+	uint64_t wrong = 0;
+	for (size_t i = 0; i < n; i++) {
+		double g = got[i], r = ref[i];
+		if (g == r)
+			continue; /* also equal infinities */
+		/* NaN in either fails this test too. */
+		if (!(fabs(g - r) <= atol + rtol * fabs(r)))
+			wrong++;
+	}
+	return wrong;
+}
+
+/* ---- buffers ------------------------------------------------------------------ */
+
+static void bench_bufs_release(bench_bufs_t *bufs)
+{
+	for (size_t i = 0; i < bufs->count; i++)
+		flow_free(bufs->ptr[i]);
+	bufs->count = 0;
+}
+
+/* A zeroed buffer of count elements of size bytes, owned by bufs. */
+static void *bench_alloc(bench_bufs_t *bufs, size_t count, size_t size,
+			 const char *what, flow_diag_t *diag)
+{
+	size_t bytes;
+	void *p = NULL;
+
+	if (bufs->count == BENCH_MAX_BUFS) {
+		flow_diag_set(diag, FLOW_ERR_NOMEM,
+			      "cannot allocate '%s': too many buffers", what);
+		return NULL;
+	}
+	if (flow_mul_size(count, size, &bytes))
+		p = flow_calloc(count, size);
+	if (!p) {
+		flow_diag_errno(diag, FLOW_ERR_NOMEM, ENOMEM,
+				"cannot allocate '%s' (%zu x %zu bytes)", what,
+				count, size);
+		return NULL;
+	}
+	bufs->ptr[bufs->count++] = p;
+	return p;
+}
+
+#define ALLOC_F(var, count, what)                                              \
+	do {                                                                   \
+		if (!((var) = bench_alloc(&bufs, (count), sizeof(float), what, \
+					  diag))) {                            \
+			err = FLOW_ERR_NOMEM;                                  \
+			goto out_free_buffers;                                 \
+		}                                                              \
+	} while (0)
+
+/* Inputs: stream ids are fixed per role so a buffer's values depend only on
+ * the seed, the role and the element index, never on the shape order. */
+enum {
+	STREAM_A = 1,
+	STREAM_B,
+	STREAM_C,
+	STREAM_D,
+	STREAM_E,
+	STREAM_F,
+	STREAM_TOKENS,
+};
+
+static void fill_normal(float *x, size_t n, const flow_bench_config_t *cfg,
+			uint64_t stream, float mean, float std)
+{
+	flow_rng_fill_normal(x, n, cfg->seed, stream, 0, mean, std);
+}
+
+static void fill_uniform(float *x, size_t n, const flow_bench_config_t *cfg,
+			 uint64_t stream, float lo, float hi)
+{
+	flow_rng_fill_uniform(x, n, cfg->seed, stream, 0, lo, hi);
+}
+
+/* Integers uniform in [0, range). */
+static void fill_tokens(int32_t *x, size_t n, const flow_bench_config_t *cfg,
+			uint64_t stream, uint64_t range)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t w[4];
+		flow_rng_block(cfg->seed, stream, i, w);
+		x[i] = (int32_t)((((uint64_t)w[1] << 32) | w[0]) % range);
+	}
+}
+
+/* The k-th of R row indices spread evenly over [0, n), first and last
+ * included; all rows when R == n. */
+static size_t sample_row(size_t k, size_t R, size_t n)
+{
+	return R <= 1 ? 0 : k * (n - 1) / (R - 1);
+}
+
+static void gather_rows(float *dst, const float *src, size_t R, size_t n,
+			size_t width)
+{
+	for (size_t k = 0; k < R; k++)
+		memcpy(dst + k * width, src + sample_row(k, R, n) * width,
+		       width * sizeof(float));
+}
+
+/* ---- records -------------------------------------------------------------------- */
+
+static void record_init(flow_bench_record_t *rec, flow_bench_kernel_t k,
+			const char *pass, const flow_bench_shape_t *shape,
+			const flow_bench_config_t *cfg, double rtol,
+			double atol)
+{
+	memset(rec, 0, sizeof(*rec));
+	snprintf(rec->kernel, sizeof(rec->kernel), "%s",
+		 flow_bench_kernel_name(k));
+	snprintf(rec->pass, sizeof(rec->pass), "%s", pass);
+	flow_bench_shape_format(shape, rec->shape, sizeof(rec->shape));
+	rec->iters = cfg->iters;
+	rec->rtol = rtol;
+	rec->atol = atol;
+	rec->frac_peak = NAN;
+	rec->blas_gflops = NAN;
+	rec->blas_ratio = NAN;
+}
+
+/* Fill the timing columns from the samples (sorted in place). */
+static void record_time(flow_bench_record_t *rec, double *samples,
+			const flow_bench_config_t *cfg, double flops,
+			double bytes)
+{
+	flow_bench_median_min(samples, cfg->iters, &rec->time_us,
+			      &rec->min_us);
+	rec->flops = flops;
+	rec->bytes = bytes;
+	rec->gflops = flops / rec->time_us / 1e3;
+	rec->gbps = bytes / rec->time_us / 1e3;
+	if (cfg->peak_gflops > 0)
+		rec->frac_peak = rec->gflops / cfg->peak_gflops;
+}
+
+static void record_check(flow_bench_record_t *rec, const float *got,
+			 const float *ref, size_t n)
+{
+	rec->checked += n;
+	rec->wrong += flow_bench_count_wrong(got, ref, n, rec->rtol, rec->atol);
+}
+
+/* Everything one kernel's bench function gets. */
+typedef struct bench_ctx {
+	flow_bench_kernel_t k;
+	const flow_bench_shape_t *shape;
+	const flow_bench_config_t *cfg;
+	double rtol, atol;
+	double *samples; /* cfg->iters */
+	double *peer_samples; /* cfg->iters: the peer timed alongside */
+	flow_bench_record_t *rec;
+	size_t nrec;
+	flow_diag_t *diag;
+} bench_ctx_t;
+
+#define D(i) ((size_t)c->shape->dims[i])
+
+/* ---- peak: square cblas_sgemm ------------------------------------------------- */
+
+static flow_err_t bench_peak(bench_ctx_t *c)
+{
+	bench_bufs_t bufs = { .count = 0 };
+	flow_diag_t *diag = c->diag;
+	flow_err_t err = FLOW_OK;
+	size_t N = D(0), NN = N * N, R = N < BENCH_CHECK_ROWS ? N : BENCH_CHECK_ROWS;
+	float *a, *b, *out, *a_rows, *got, *ref;
+	flow_bench_record_t *rec = &c->rec[c->nrec++];
+
+	ALLOC_F(a, NN, "a");
+	ALLOC_F(b, NN, "b");
+	ALLOC_F(out, NN, "c");
+	ALLOC_F(a_rows, R * N, "a rows");
+	ALLOC_F(got, R * N, "c rows");
+	ALLOC_F(ref, R * N, "reference c rows");
+	fill_normal(a, NN, c->cfg, STREAM_A, 0.0f, 1.0f);
+	fill_normal(b, NN, c->cfg, STREAM_B, 0.0f, 1.0f / sqrtf((float)N));
+
+	record_init(rec, c->k, "sgemm", c->shape, c->cfg, c->rtol, c->atol);
+	BENCH_TIME_CALLS(c->cfg, c->samples, (void)0,
+			 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+				     (int)N, (int)N, (int)N, 1.0f, a, (int)N,
+				     b, (int)N, 0.0f, out, (int)N));
+	record_time(rec, c->samples, c->cfg, 2.0 * N * N * N, 4.0 * 3 * NN);
+	rec->frac_peak = rec->min_us / rec->time_us;
+
+	/* C = A . B^T is the matmul forward without bias. */
+	gather_rows(a_rows, a, R, N, N);
+	gather_rows(got, out, R, N, N);
+	flow_ref_matmul_forward(ref, a_rows, b, NULL, R, N, N);
+	record_check(rec, got, ref, R * N);
+
+out_free_buffers:
+	bench_bufs_release(&bufs);
+	return err;
+}
+
+double flow_bench_peak_gflops(const flow_bench_record_t *rec)
+{
+	return rec->flops / rec->min_us / 1e3;
+}
+
+/* ---- matmul ------------------------------------------------------------------------ */
+
+static flow_err_t bench_matmul(bench_ctx_t *c)
+{
+	bench_bufs_t bufs = { .count = 0 };
+	flow_diag_t *diag = c->diag;
+	flow_err_t err = FLOW_OK;
+	const flow_bench_config_t *cfg = c->cfg;
+	size_t N = D(0), IN = D(1), OUT = D(2); /* not I: <complex.h> */
+	size_t R = N < BENCH_CHECK_ROWS ? N : BENCH_CHECK_ROWS;
+	size_t RO = OUT < BENCH_CHECK_WROWS ? OUT : BENCH_CHECK_WROWS;
+	double gemm_flops = 2.0 * N * IN * OUT;
+	double blas_median, blas_min;
+	float *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
+	float *rows_in, *rows_out, *rows_ref, *cols_dout, *wrows, *wref, *bref;
+	flow_bench_record_t *fwd = &c->rec[c->nrec++];
+	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+
+	ALLOC_F(inp, N * IN, "inp");
+	ALLOC_F(weight, OUT * IN, "weight");
+	ALLOC_F(bias, OUT, "bias");
+	ALLOC_F(out, N * OUT, "out");
+	ALLOC_F(dout, N * OUT, "dout");
+	ALLOC_F(dinp, N * IN, "dinp");
+	ALLOC_F(dweight, OUT * IN, "dweight");
+	ALLOC_F(dbias, OUT, "dbias");
+	ALLOC_F(rows_in, R * (IN > OUT ? IN : OUT), "sampled rows");
+	ALLOC_F(rows_out, R * (IN > OUT ? IN : OUT), "sampled result rows");
+	ALLOC_F(rows_ref, R * (IN > OUT ? IN : OUT), "reference rows");
+	ALLOC_F(cols_dout, N * RO, "sampled dout columns");
+	ALLOC_F(wrows, RO * IN, "sampled weight rows");
+	ALLOC_F(wref, RO * IN, "reference dweight rows");
+	ALLOC_F(bref, RO, "reference dbias");
+	/* nn.Linear-like scale: outputs and gradients stay OUT(1). */
+	fill_normal(inp, N * IN, cfg, STREAM_A, 0.0f, 1.0f);
+	fill_normal(weight, OUT * IN, cfg, STREAM_B, 0.0f, 1.0f / sqrtf((float)IN));
+	fill_uniform(bias, OUT, cfg, STREAM_C, -1.0f, 1.0f);
+	fill_normal(dout, N * OUT, cfg, STREAM_D, 0.0f, 1.0f);
+
+	/* Forward: check sampled rows of out. */
+	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_matmul_forward(out, inp, weight, bias, N, IN, OUT);
+	gather_rows(rows_in, inp, R, N, IN);
+	gather_rows(rows_out, out, R, N, OUT);
+	flow_ref_matmul_forward(rows_ref, rows_in, weight, bias, R, IN, OUT);
+	record_check(fwd, rows_out, rows_ref, R * OUT);
+
+	/* flow and the bare sgemm alternate call by call, so load from other
+	 * processes on a shared machine slows both alike. */
+	BENCH_TIME_PAIR(cfg, c->samples, c->peer_samples,
+			flow_cpu_matmul_forward(out, inp, weight, bias, N, IN, OUT),
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+				    (int)N, (int)OUT, (int)IN, 1.0f, inp, (int)IN,
+				    weight, (int)IN, 0.0f, out, (int)OUT));
+	record_time(fwd, c->samples, cfg, gemm_flops,
+		    4.0 * ((double)N * IN + (double)OUT * IN + OUT + (double)N * OUT));
+	flow_bench_median_min(c->peer_samples, cfg->iters, &blas_median, &blas_min);
+	fwd->blas_gflops = gemm_flops / blas_median / 1e3;
+	fwd->blas_ratio = fwd->gflops / fwd->blas_gflops;
+
+	/* Backward from zeroed gradients: sampled rows of dinp, sampled
+	 * rows of dweight and the matching dbias entries. */
+	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IN,
+				 OUT);
+	gather_rows(rows_out, dout, R, N, OUT); /* dout rows */
+	memset(rows_ref, 0, R * IN * sizeof(float));
+	flow_ref_matmul_backward(rows_ref, NULL, NULL, rows_out, rows_in,
+				 weight, R, IN, OUT);
+	gather_rows(rows_out, dinp, R, N, IN);
+	record_check(bwd, rows_out, rows_ref, R * IN);
+	for (size_t r = 0; r < N; r++)
+		for (size_t k = 0; k < RO; k++)
+			cols_dout[r * RO + k] = dout[r * OUT + sample_row(k, RO, OUT)];
+	gather_rows(wrows, weight, RO, OUT, IN);
+	flow_ref_matmul_backward(NULL, wref, bref, cols_dout, inp, wrows, N, IN,
+				 RO);
+	gather_rows(wrows, dweight, RO, OUT, IN);
+	record_check(bwd, wrows, wref, RO * IN);
+	for (size_t k = 0; k < RO; k++)
+		wrows[k] = dbias[sample_row(k, RO, OUT)];
+	record_check(bwd, wrows, bref, RO);
+
+	BENCH_TIME_PAIR(cfg, c->samples, c->peer_samples,
+			flow_cpu_matmul_backward(dinp, dweight, dbias, dout,
+						 inp, weight, N, IN, OUT),
+			{
+				cblas_sgemm(CblasRowMajor, CblasNoTrans,
+					    CblasNoTrans, (int)N, (int)IN,
+					    (int)OUT, 1.0f, dout, (int)OUT,
+					    weight, (int)IN, 1.0f, dinp,
+					    (int)IN);
+				cblas_sgemm(CblasRowMajor, CblasTrans,
+					    CblasNoTrans, (int)OUT, (int)IN,
+					    (int)N, 1.0f, dout, (int)OUT, inp,
+					    (int)IN, 1.0f, dweight, (int)IN);
+			});
+	record_time(bwd, c->samples, cfg, 2.0 * gemm_flops,
+		    4.0 * ((double)N * OUT + 3.0 * N * IN + 3.0 * OUT * IN + 2.0 * OUT));
+	flow_bench_median_min(c->peer_samples, cfg->iters, &blas_median, &blas_min);
+	bwd->blas_gflops = 2.0 * gemm_flops / blas_median / 1e3;
+	bwd->blas_ratio = bwd->gflops / bwd->blas_gflops;
+
+out_free_buffers:
+	bench_bufs_release(&bufs);
+	return err;
+}
+
+/* ---- embedding -------------------------------------------------------------------- */
+
+static flow_err_t bench_embedding(bench_ctx_t *c)
+{
+	bench_bufs_t bufs = { .count = 0 };
+	flow_diag_t *diag = c->diag;
+	flow_err_t err = FLOW_OK;
+	const flow_bench_config_t *cfg = c->cfg;
+	size_t B = D(0), T = D(1), C = D(2), V = D(3), BTC = B * T * C;
+	float *wte, *wpe, *out, *ref, *dout, *dwte, *dwpe, *dwte_ref, *dwpe_ref;
+	int32_t *tokens;
+	flow_bench_record_t *fwd = &c->rec[c->nrec++];
+	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+
+	if (!(tokens = bench_alloc(&bufs, B * T, sizeof(int32_t), "tokens",
+				   diag))) {
+		err = FLOW_ERR_NOMEM;
+		goto out_free_buffers;
+	}
+	ALLOC_F(wte, V * C, "wte");
+	ALLOC_F(wpe, T * C, "wpe");
+	ALLOC_F(out, BTC, "out");
+	ALLOC_F(ref, BTC, "reference out");
+	ALLOC_F(dout, BTC, "dout");
+	ALLOC_F(dwte, V * C, "dwte");
+	ALLOC_F(dwpe, T * C, "dwpe");
+	ALLOC_F(dwte_ref, V * C, "reference dwte");
+	ALLOC_F(dwpe_ref, T * C, "reference dwpe");
+	fill_tokens(tokens, B * T, cfg, STREAM_TOKENS, V);
+	fill_normal(wte, V * C, cfg, STREAM_A, 0.0f, 1.0f);
+	fill_normal(wpe, T * C, cfg, STREAM_B, 0.0f, 1.0f);
+	fill_normal(dout, BTC, cfg, STREAM_C, 0.0f, 1.0f);
+
+	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_embedding_forward(out, tokens, wte, wpe, B, T, C);
+	flow_ref_embedding_forward(ref, tokens, wte, wpe, B, T, C);
+	record_check(fwd, out, ref, BTC);
+	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
+			 flow_cpu_embedding_forward(out, tokens, wte, wpe, B, T, C));
+	record_time(fwd, c->samples, cfg, (double)BTC,
+		    4.0 * (2.0 * BTC + (double)T * C + (double)B * T));
+
+	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+	flow_ref_embedding_backward(dwte_ref, dwpe_ref, dout, tokens, B, T, C);
+	record_check(bwd, dwte, dwte_ref, V * C);
+	record_check(bwd, dwpe, dwpe_ref, T * C);
+	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
+			 flow_cpu_embedding_backward(dwte, dwpe, dout, tokens,
+						     B, T, C));
+	record_time(bwd, c->samples, cfg, 2.0 * BTC,
+		    4.0 * (3.0 * BTC + 2.0 * T * C + (double)B * T));
+
+out_free_buffers:
+	bench_bufs_release(&bufs);
+	return err;
+}
+
+/* ---- layernorm ------------------------------------------------------------------------ */
+
+static flow_err_t bench_layernorm(bench_ctx_t *c)
+{
+	bench_bufs_t bufs = { .count = 0 };
+	flow_diag_t *diag = c->diag;
+	flow_err_t err = FLOW_OK;
+	const flow_bench_config_t *cfg = c->cfg;
+	size_t N = D(0), C = D(1), NC = N * C;
+	float *inp, *w, *bias, *out, *mean, *rstd, *out_ref, *mean_ref, *rstd_ref;
+	float *dout, *dinp, *dw, *db, *dinp_ref, *dw_ref, *db_ref;
+	flow_bench_record_t *fwd = &c->rec[c->nrec++];
+	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+
+	ALLOC_F(inp, NC, "inp");
+	ALLOC_F(w, C, "weight");
+	ALLOC_F(bias, C, "bias");
+	ALLOC_F(out, NC, "out");
+	ALLOC_F(mean, N, "mean");
+	ALLOC_F(rstd, N, "rstd");
+	ALLOC_F(out_ref, NC, "reference out");
+	ALLOC_F(mean_ref, N, "reference mean");
+	ALLOC_F(rstd_ref, N, "reference rstd");
+	ALLOC_F(dout, NC, "dout");
+	ALLOC_F(dinp, NC, "dinp");
+	ALLOC_F(dw, C, "dweight");
+	ALLOC_F(db, C, "dbias");
+	ALLOC_F(dinp_ref, NC, "reference dinp");
+	ALLOC_F(dw_ref, C, "reference dweight");
+	ALLOC_F(db_ref, C, "reference dbias");
+	/* An offset mean, as in a residual stream, tests the variance. */
+	fill_normal(inp, NC, cfg, STREAM_A, 0.5f, 2.0f);
+	fill_uniform(w, C, cfg, STREAM_B, 0.5f, 1.5f);
+	fill_uniform(bias, C, cfg, STREAM_C, -0.5f, 0.5f);
+	fill_normal(dout, NC, cfg, STREAM_D, 0.0f, 1.0f);
+
+	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_layernorm_forward(out, mean, rstd, inp, w, bias, N, C);
+	flow_ref_layernorm_forward(out_ref, mean_ref, rstd_ref, inp, w, bias, N,
+				   C);
+	record_check(fwd, out, out_ref, NC);
+	record_check(fwd, mean, mean_ref, N);
+	record_check(fwd, rstd, rstd_ref, N);
+	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
+			 flow_cpu_layernorm_forward(out, mean, rstd, inp, w,
+						    bias, N, C));
+	record_time(fwd, c->samples, cfg, 8.0 * NC,
+		    4.0 * (2.0 * NC + 2.0 * C + 2.0 * N));
+
+	/* Both backward passes get the reference statistics as input. */
+	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean_ref,
+				    rstd_ref, N, C);
+	flow_ref_layernorm_backward(dinp_ref, dw_ref, db_ref, dout, inp, w,
+				    mean_ref, rstd_ref, N, C);
+	record_check(bwd, dinp, dinp_ref, NC);
+	record_check(bwd, dw, dw_ref, C);
+	record_check(bwd, db, db_ref, C);
+	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
+			 flow_cpu_layernorm_backward(dinp, dw, db, dout, inp, w,
+						     mean_ref, rstd_ref, N, C));
+	record_time(bwd, c->samples, cfg, 14.0 * NC,
+		    4.0 * (4.0 * NC + 5.0 * C + 2.0 * N));
+
+out_free_buffers:
+	bench_bufs_release(&bufs);
+	return err;
+}
+
+/* ---- GELU --------------------------------------------------------------------------------- */
+
+static flow_err_t bench_gelu(bench_ctx_t *c)
+{
+	bench_bufs_t bufs = { .count = 0 };
+	flow_diag_t *diag = c->diag;
+	flow_err_t err = FLOW_OK;
+	const flow_bench_config_t *cfg = c->cfg;
+	size_t N = D(0);
+	float *inp, *out, *ref, *dout, *dinp, *dinp_ref;
+	flow_bench_record_t *fwd = &c->rec[c->nrec++];
+	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+
+	ALLOC_F(inp, N, "inp");
+	ALLOC_F(out, N, "out");
+	ALLOC_F(ref, N, "reference out");
+	ALLOC_F(dout, N, "dout");
+	ALLOC_F(dinp, N, "dinp");
+	ALLOC_F(dinp_ref, N, "reference dinp");
+	fill_normal(inp, N, cfg, STREAM_A, 0.0f, 2.0f);
+	fill_normal(dout, N, cfg, STREAM_B, 0.0f, 1.0f);
+
+	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_gelu_forward(out, inp, N);
+	flow_ref_gelu_forward(ref, inp, N);
+	record_check(fwd, out, ref, N);
+	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
+			 flow_cpu_gelu_forward(out, inp, N));
+	record_time(fwd, c->samples, cfg, 9.0 * N, 8.0 * N);
+
+	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_gelu_backward(dinp, inp, dout, N);
+	flow_ref_gelu_backward(dinp_ref, inp, dout, N);
+	record_check(bwd, dinp, dinp_ref, N);
+	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
+			 flow_cpu_gelu_backward(dinp, inp, dout, N));
+	record_time(bwd, c->samples, cfg, 18.0 * N, 16.0 * N);
+
+out_free_buffers:
+	bench_bufs_release(&bufs);
+	return err;
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+static flow_err_t bench_attention(bench_ctx_t *c)
+{
+	bench_bufs_t bufs = { .count = 0 };
+	flow_diag_t *diag = c->diag;
+	flow_err_t err = FLOW_OK;
+	const flow_bench_config_t *cfg = c->cfg;
+	size_t B = D(0), T = D(1), C = D(2), NH = D(3), hs = C / NH;
+	size_t BTC = B * T * C, ATT = B * NH * T * T;
+	double pairs = (double)B * NH * T * (T + 1) / 2.0;
+	float *qkv, *out, *att, *out_ref, *att_ref, *dout, *dqkv, *dqkv_ref;
+	void *scratch, *scratch_ref;
+	flow_bench_record_t *fwd = &c->rec[c->nrec++];
+	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+
+	ALLOC_F(qkv, 3 * BTC, "qkv");
+	ALLOC_F(out, BTC, "out");
+	ALLOC_F(att, ATT, "att");
+	ALLOC_F(out_ref, BTC, "reference out");
+	ALLOC_F(att_ref, ATT, "reference att");
+	ALLOC_F(dout, BTC, "dout");
+	ALLOC_F(dqkv, 3 * BTC, "dqkv");
+	ALLOC_F(dqkv_ref, 3 * BTC, "reference dqkv");
+	if (!(scratch = bench_alloc(&bufs, flow_cpu_attention_scratch_bound(B, T, C, NH),
+				    1, "attention scratch", diag)) ||
+	    !(scratch_ref = bench_alloc(&bufs, flow_ref_attention_scratch_bound(B, T, C, NH),
+					1, "reference attention scratch", diag))) {
+		err = FLOW_ERR_NOMEM;
+		goto out_free_buffers;
+	}
+	fill_normal(qkv, 3 * BTC, cfg, STREAM_A, 0.0f, 1.0f);
+	fill_normal(dout, BTC, cfg, STREAM_B, 0.0f, 1.0f);
+
+	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_attention_forward(out, att, qkv, B, T, C, NH);
+	flow_ref_attention_forward(out_ref, att_ref, qkv, B, T, C, NH);
+	record_check(fwd, out, out_ref, BTC);
+	record_check(fwd, att, att_ref, ATT);
+	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
+			 flow_cpu_attention_forward(out, att, qkv, B, T, C, NH));
+	record_time(fwd, c->samples, cfg, pairs * (4.0 * hs + 4.0),
+		    4.0 * (4.0 * BTC + (double)ATT));
+
+	/* Both backward passes read the reference probabilities. */
+	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_attention_backward(dqkv, scratch, dout, qkv, att_ref, B, T, C,
+				    NH);
+	flow_ref_attention_backward(dqkv_ref, scratch_ref, dout, qkv, att_ref,
+				    B, T, C, NH);
+	record_check(bwd, dqkv, dqkv_ref, 3 * BTC);
+	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
+			 flow_cpu_attention_backward(dqkv, scratch, dout, qkv,
+						     att_ref, B, T, C, NH));
+	record_time(bwd, c->samples, cfg, pairs * (8.0 * hs + 4.0),
+		    4.0 * (10.0 * BTC + (double)ATT));
+
+out_free_buffers:
+	bench_bufs_release(&bufs);
+	return err;
+}
+
+/* ---- residual ------------------------------------------------------------------------------- */
+
+static flow_err_t bench_residual(bench_ctx_t *c)
+{
+	bench_bufs_t bufs = { .count = 0 };
+	flow_diag_t *diag = c->diag;
+	flow_err_t err = FLOW_OK;
+	const flow_bench_config_t *cfg = c->cfg;
+	size_t N = D(0);
+	float *a, *b, *out, *ref, *dout, *da, *db, *da_ref, *db_ref;
+	flow_bench_record_t *fwd = &c->rec[c->nrec++];
+	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+
+	ALLOC_F(a, N, "a");
+	ALLOC_F(b, N, "b");
+	ALLOC_F(out, N, "out");
+	ALLOC_F(ref, N, "reference out");
+	ALLOC_F(dout, N, "dout");
+	ALLOC_F(da, N, "da");
+	ALLOC_F(db, N, "db");
+	ALLOC_F(da_ref, N, "reference da");
+	ALLOC_F(db_ref, N, "reference db");
+	fill_normal(a, N, cfg, STREAM_A, 0.0f, 1.0f);
+	fill_normal(b, N, cfg, STREAM_B, 0.0f, 1.0f);
+	fill_normal(dout, N, cfg, STREAM_C, 0.0f, 1.0f);
+	/* Non-zero gradients on entry check that backward accumulates. */
+	fill_normal(da, N, cfg, STREAM_D, 0.0f, 1.0f);
+	fill_normal(db, N, cfg, STREAM_E, 0.0f, 1.0f);
+	memcpy(da_ref, da, N * sizeof(float));
+	memcpy(db_ref, db, N * sizeof(float));
+
+	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_residual_forward(out, a, b, N);
+	flow_ref_residual_forward(ref, a, b, N);
+	record_check(fwd, out, ref, N);
+	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
+			 flow_cpu_residual_forward(out, a, b, N));
+	record_time(fwd, c->samples, cfg, (double)N, 12.0 * N);
+
+	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_residual_backward(da, db, dout, N);
+	flow_ref_residual_backward(da_ref, db_ref, dout, N);
+	record_check(bwd, da, da_ref, N);
+	record_check(bwd, db, db_ref, N);
+	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
+			 flow_cpu_residual_backward(da, db, dout, N));
+	record_time(bwd, c->samples, cfg, 2.0 * N, 20.0 * N);
+
+out_free_buffers:
+	bench_bufs_release(&bufs);
+	return err;
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------------- */
+
+/* Every 8th row (r % 8 == 7) has target -1, the "ignore" case. */
+#define BENCH_CE_IGNORE_EVERY 8
+
+static flow_err_t bench_crossentropy(bench_ctx_t *c)
+{
+	bench_bufs_t bufs = { .count = 0 };
+	flow_diag_t *diag = c->diag;
+	flow_err_t err = FLOW_OK;
+	const flow_bench_config_t *cfg = c->cfg;
+	size_t N = D(0), V = D(1), Vp = D(2), NV = N * Vp;
+	float *logits0, *logits, *logits_ref, *losses, *losses_ref;
+	int32_t *targets;
+	flow_bench_record_t *rec = &c->rec[c->nrec++];
+
+	if (!(targets = bench_alloc(&bufs, N, sizeof(int32_t), "targets",
+				    diag))) {
+		err = FLOW_ERR_NOMEM;
+		goto out_free_buffers;
+	}
+	ALLOC_F(logits0, NV, "logits");
+	ALLOC_F(logits, NV, "logits (in place)");
+	ALLOC_F(logits_ref, NV, "reference logits");
+	ALLOC_F(losses, N, "losses");
+	ALLOC_F(losses_ref, N, "reference losses");
+	fill_tokens(targets, N, cfg, STREAM_TOKENS, V);
+	for (size_t r = BENCH_CE_IGNORE_EVERY - 1; r < N;
+	     r += BENCH_CE_IGNORE_EVERY)
+		targets[r] = -1;
+	fill_normal(logits0, NV, cfg, STREAM_A, 0.0f, 2.0f);
+	memcpy(logits, logits0, NV * sizeof(float));
+	memcpy(logits_ref, logits0, NV * sizeof(float));
+
+	record_init(rec, c->k, "fused", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_cross_entropy_forward_backward(losses, logits, targets, N, V,
+						Vp, 1.0f);
+	flow_ref_cross_entropy_forward_backward(losses_ref, logits_ref, targets,
+						N, V, Vp, 1.0f);
+	record_check(rec, losses, losses_ref, N);
+	record_check(rec, logits, logits_ref, NV);
+	BENCH_TIME_CALLS(cfg, c->samples,
+			 memcpy(logits, logits0, NV * sizeof(float)),
+			 flow_cpu_cross_entropy_forward_backward(losses, logits,
+								 targets, N, V,
+								 Vp, 1.0f));
+	record_time(rec, c->samples, cfg, 5.0 * N * V,
+		    4.0 * (2.0 * NV + 2.0 * N));
+
+out_free_buffers:
+	bench_bufs_release(&bufs);
+	return err;
+}
+
+/* ---- AdamW ------------------------------------------------------------------------------------ */
+
+static flow_err_t bench_adamw(bench_ctx_t *c)
+{
+	bench_bufs_t bufs = { .count = 0 };
+	flow_diag_t *diag = c->diag;
+	flow_err_t err = FLOW_OK;
+	const flow_bench_config_t *cfg = c->cfg;
+	size_t N = D(0);
+	/* GPT-2 training values (llm.c), a decayed tensor, step 10. */
+	const flow_adamw_params_t hp = { .lr = 6e-4f, .beta1 = 0.9f,
+					 .beta2 = 0.95f, .eps = 1e-8f,
+					 .weight_decay = 0.1f };
+	const uint64_t step = 10;
+	float *p, *g, *m, *v, *p_ref, *m_ref, *v_ref;
+	flow_bench_record_t *rec = &c->rec[c->nrec++];
+
+	ALLOC_F(p, N, "param");
+	ALLOC_F(g, N, "grad");
+	ALLOC_F(m, N, "m");
+	ALLOC_F(v, N, "v");
+	ALLOC_F(p_ref, N, "reference param");
+	ALLOC_F(m_ref, N, "reference m");
+	ALLOC_F(v_ref, N, "reference v");
+	fill_normal(p, N, cfg, STREAM_A, 0.0f, 0.02f);
+	fill_normal(g, N, cfg, STREAM_B, 0.0f, 1e-2f);
+	fill_normal(m, N, cfg, STREAM_C, 0.0f, 1e-2f);
+	fill_uniform(v, N, cfg, STREAM_D, 1e-6f, 1e-4f);
+	memcpy(p_ref, p, N * sizeof(float));
+	memcpy(m_ref, m, N * sizeof(float));
+	memcpy(v_ref, v, N * sizeof(float));
+
+	record_init(rec, c->k, "update", c->shape, cfg, c->rtol, c->atol);
+	flow_cpu_adamw_update(p, g, m, v, N, &hp, step, true);
+	flow_ref_adamw_update(p_ref, g, m_ref, v_ref, N, &hp, step, true);
+	record_check(rec, p, p_ref, N);
+	record_check(rec, m, m_ref, N);
+	record_check(rec, v, v_ref, N);
+	/* Timed updates keep moving the same state: the cost does not
+	 * depend on the values. */
+	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
+			 flow_cpu_adamw_update(p, g, m, v, N, &hp, step, true));
+	record_time(rec, c->samples, cfg, 15.0 * N, 28.0 * N);
+
+out_free_buffers:
+	bench_bufs_release(&bufs);
+	return err;
+}
+
+/* ---- gradient-norm clipping ------------------------------------------------------------------ */
+
+#define BENCH_CLIP_MAX_NORM 1.0f
+
+static flow_err_t bench_gradnorm(bench_ctx_t *c)
+{
+	bench_bufs_t bufs = { .count = 0 };
+	flow_diag_t *diag = c->diag;
+	flow_err_t err = FLOW_OK;
+	const flow_bench_config_t *cfg = c->cfg;
+	size_t N = D(0), K = c->shape->ndims > 1 ? D(1) : 1;
+	float *g0, *g, *g_ref, norm[1], norm_ref[1];
+	float **ptrs, **ptrs_ref;
+	size_t *counts;
+	flow_bench_record_t *rec = &c->rec[c->nrec++];
+
+	ALLOC_F(g0, N, "gradients");
+	ALLOC_F(g, N, "gradients (clipped)");
+	ALLOC_F(g_ref, N, "reference gradients");
+	if (!(ptrs = bench_alloc(&bufs, K, sizeof(*ptrs), "tensor list", diag)) ||
+	    !(ptrs_ref = bench_alloc(&bufs, K, sizeof(*ptrs), "tensor list", diag)) ||
+	    !(counts = bench_alloc(&bufs, K, sizeof(*counts), "tensor sizes", diag))) {
+		err = FLOW_ERR_NOMEM;
+		goto out_free_buffers;
+	}
+	/* K tensors, the first N % K one element longer. */
+	for (size_t k = 0, off = 0; k < K; k++) {
+		counts[k] = N / K + (k < N % K);
+		ptrs[k] = g + off;
+		ptrs_ref[k] = g_ref + off;
+		off += counts[k];
+	}
+	fill_normal(g0, N, cfg, STREAM_A, 0.0f, 1.0f);
+	memcpy(g, g0, N * sizeof(float));
+	memcpy(g_ref, g0, N * sizeof(float));
+
+	record_init(rec, c->k, "clip", c->shape, cfg, c->rtol, c->atol);
+	norm[0] = flow_cpu_clip_grad_norm(ptrs, counts, K, BENCH_CLIP_MAX_NORM);
+	norm_ref[0] = flow_ref_clip_grad_norm(ptrs_ref, counts, K,
+					      BENCH_CLIP_MAX_NORM);
+	record_check(rec, norm, norm_ref, 1);
+	record_check(rec, g, g_ref, N);
+	BENCH_TIME_CALLS(cfg, c->samples, memcpy(g, g0, N * sizeof(float)),
+			 (void)flow_cpu_clip_grad_norm(ptrs, counts, K,
+						       BENCH_CLIP_MAX_NORM));
+	record_time(rec, c->samples, cfg, 3.0 * N, 12.0 * N);
+
+out_free_buffers:
+	bench_bufs_release(&bufs);
+	return err;
+}
+
+#undef D
+
+/* ---- the kernel table ------------------------------------------------------------------------ */
+
+typedef struct bench_kernel {
+	const char *name;
+	const char *syntax;
+	size_t min_dims, max_dims;
+	double rtol, atol;
+	flow_err_t (*run)(bench_ctx_t *c);
+	size_t ndefault;
+	flow_bench_shape_t defaults[5];
+} bench_kernel_t;
+
+#define SHAPE(...)                                                            \
+	{                                                                     \
+		.ndims = sizeof((uint64_t[]){ __VA_ARGS__ }) / sizeof(uint64_t), \
+		.dims = { __VA_ARGS__ }                                       \
+	}
+
+/* Defaults: GPT-2 124M (C 768, NH 12, V 50257, Vp 50304) at B 4, T 64,
+ * so N = B*T = 256 rows; AdamW and gradnorm get one transformer block's
+ * 7,087,872 parameters (gradnorm in its 12 tensors).  Tolerances: see
+ * flow-bench(1), section CHECKING. */
+static const bench_kernel_t bench_kernels[FLOW_BENCH_NKERNELS] = {
+	[FLOW_BENCH_PEAK] = { "peak", "N", 1, 1, 1e-4, 1e-4, bench_peak,
+			      1, { SHAPE(2048) } },
+	[FLOW_BENCH_MATMUL] = { "matmul", "N,IN,OUT", 3, 3, 1e-4, 1e-4,
+				bench_matmul, 5,
+				{ SHAPE(256, 768, 2304), SHAPE(256, 768, 768),
+				  SHAPE(256, 768, 3072), SHAPE(256, 3072, 768),
+				  SHAPE(256, 768, 50304) } },
+	[FLOW_BENCH_EMBEDDING] = { "embedding", "B,T,C,V", 4, 4, 1e-6, 1e-6,
+				   bench_embedding, 1,
+				   { SHAPE(4, 64, 768, 50304) } },
+	[FLOW_BENCH_LAYERNORM] = { "layernorm", "N,C", 2, 2, 1e-4, 1e-5,
+				   bench_layernorm, 1, { SHAPE(256, 768) } },
+	[FLOW_BENCH_GELU] = { "gelu", "N", 1, 1, 1e-5, 1e-5, bench_gelu, 1,
+			      { SHAPE(786432) } },
+	[FLOW_BENCH_ATTENTION] = { "attention", "B,T,C,NH", 4, 4, 1e-4, 1e-5,
+				   bench_attention, 1,
+				   { SHAPE(4, 64, 768, 12) } },
+	[FLOW_BENCH_RESIDUAL] = { "residual", "N", 1, 1, 0.0, 0.0,
+				  bench_residual, 1, { SHAPE(196608) } },
+	[FLOW_BENCH_CROSSENTROPY] = { "crossentropy", "N,V,VP", 3, 3, 1e-4,
+				      1e-9, bench_crossentropy, 1,
+				      { SHAPE(256, 50257, 50304) } },
+	[FLOW_BENCH_ADAMW] = { "adamw", "N", 1, 1, 1e-5, 1e-8, bench_adamw, 1,
+			       { SHAPE(7087872) } },
+	[FLOW_BENCH_GRADNORM] = { "gradnorm", "N[,K]", 1, 2, 1e-5, 1e-9,
+				  bench_gradnorm, 1, { SHAPE(7087872, 12) } },
+};
+
+static const bench_kernel_t *kernel_entry(flow_bench_kernel_t k)
+{
+	return (unsigned)k < FLOW_BENCH_NKERNELS ? &bench_kernels[k] : NULL;
+}
+
+const char *flow_bench_kernel_name(flow_bench_kernel_t k)
+{
+	const bench_kernel_t *e = kernel_entry(k);
+	return e ? e->name : NULL;
+}
+
+const char *flow_bench_kernel_shape_syntax(flow_bench_kernel_t k)
+{
+	const bench_kernel_t *e = kernel_entry(k);
+	return e ? e->syntax : NULL;
+}
+
+flow_err_t flow_bench_kernel_lookup(const char *name, flow_bench_kernel_t *k_out,
+				    flow_diag_t *diag)
+{
+	for (int k = 0; k < FLOW_BENCH_NKERNELS; k++) {
+		if (strcmp(name, bench_kernels[k].name) == 0) {
+			*k_out = (flow_bench_kernel_t)k;
+			return FLOW_OK;
+		}
+	}
+	return flow_diag_set(diag, FLOW_ERR_USAGE, "unknown kernel '%s'", name);
+}
+
+size_t flow_bench_default_shapes(flow_bench_kernel_t k,
+				 const flow_bench_shape_t **shapes_out)
+{
+	const bench_kernel_t *e = kernel_entry(k);
+	if (!e)
+		return 0;
+	*shapes_out = e->defaults;
+	return e->ndefault;
+}
+
+void flow_bench_default_tolerance(flow_bench_kernel_t k, double *rtol_out,
+				  double *atol_out)
+{
+	const bench_kernel_t *e = kernel_entry(k);
+	*rtol_out = e ? e->rtol : 0.0;
+	*atol_out = e ? e->atol : 0.0;
+}
+
+void flow_bench_shape_format(const flow_bench_shape_t *shape, char *buf,
+			     size_t len)
+{
+	size_t used = 0;
+	if (len == 0)
+		return;
+	buf[0] = '\0';
+	for (size_t i = 0; i < shape->ndims && used < len; i++) {
+		int n = snprintf(buf + used, len - used, "%s%llu", i ? "x" : "",
+				 (unsigned long long)shape->dims[i]);
+		if (n < 0)
+			break;
+		used += (size_t)n;
+	}
+}
+
+/* True when every buffer a kernel allocates for this shape has a byte size
+ * that fits in size_t (and the int a BLAS call takes, for GEMMs). */
+static bool shape_fits(flow_bench_kernel_t k, const uint64_t *d, size_t nd)
+{
+	size_t x, y;
+	const size_t f = sizeof(float);
+
+	for (size_t i = 0; i < nd; i++)
+		if (d[i] > SIZE_MAX / 64)
+			return false;
+	switch (k) {
+	case FLOW_BENCH_PEAK:
+		return d[0] <= INT32_MAX && flow_mul_size(d[0], d[0], &x) &&
+		       flow_mul_size(x, f, &x);
+	case FLOW_BENCH_MATMUL:
+		for (size_t i = 0; i < 3; i++)
+			if (d[i] > INT32_MAX)
+				return false;
+		return flow_mul_size(d[0], d[1], &x) && flow_mul_size(x, f, &x) &&
+		       flow_mul_size(d[0], d[2], &x) && flow_mul_size(x, f, &x) &&
+		       flow_mul_size(d[1], d[2], &x) && flow_mul_size(x, f, &x);
+	case FLOW_BENCH_EMBEDDING:
+		return flow_mul_size(d[0], d[1], &x) && flow_mul_size(x, d[2], &x) &&
+		       flow_mul_size(x, f, &x) && flow_mul_size(d[3], d[2], &y) &&
+		       flow_mul_size(y, f, &y);
+	case FLOW_BENCH_LAYERNORM:
+		return flow_mul_size(d[0], d[1], &x) && flow_mul_size(x, f, &x);
+	case FLOW_BENCH_ATTENTION:
+		return flow_mul_size(d[0], d[1], &x) && flow_mul_size(x, d[2], &x) &&
+		       flow_mul_size(x, 3 * f, &x) && flow_mul_size(d[0], d[3], &y) &&
+		       flow_mul_size(y, d[1], &y) && flow_mul_size(y, d[1], &y) &&
+		       flow_mul_size(y, sizeof(double), &y);
+	case FLOW_BENCH_CROSSENTROPY:
+		return flow_mul_size(d[0], d[2], &x) && flow_mul_size(x, f, &x);
+	default:
+		return flow_mul_size(d[0], f, &x);
+	}
+}
+
+flow_err_t flow_bench_shape_parse(flow_bench_kernel_t k, const char *text,
+				  flow_bench_shape_t *shape_out,
+				  flow_diag_t *diag)
+{
+	const bench_kernel_t *e = kernel_entry(k);
+	flow_diag_t ignored = FLOW_DIAG_INIT;
+	uint64_t d[FLOW_BENCH_MAX_DIMS];
+	size_t nd = 0;
+
+	if (!e)
+		return flow_diag_set(diag, FLOW_ERR_USAGE, "unknown kernel");
+	if (flow_parse_dims(text, FLOW_BENCH_MAX_DIMS, d, &nd, &ignored) != FLOW_OK ||
+	    nd < e->min_dims || nd > e->max_dims)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "invalid shape '%s' for %s: expected %s",
+				     text, e->name, e->syntax);
+	if (k == FLOW_BENCH_ATTENTION && d[2] % d[3] != 0)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "invalid shape '%s' for attention: NH must divide C",
+				     text);
+	if (k == FLOW_BENCH_CROSSENTROPY && (d[1] > d[2] || d[1] > INT32_MAX))
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "invalid shape '%s' for crossentropy: V must not exceed VP (or 2^31-1)",
+				     text);
+	if (k == FLOW_BENCH_EMBEDDING && d[3] > INT32_MAX)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "invalid shape '%s' for embedding: V must be below 2^31",
+				     text);
+	if (k == FLOW_BENCH_GRADNORM && nd == 2 && d[1] > d[0])
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "invalid shape '%s' for gradnorm: K must not exceed N",
+				     text);
+	if (!shape_fits(k, d, nd))
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "invalid shape '%s' for %s: too large",
+				     text, e->name);
+	shape_out->ndims = nd;
+	memcpy(shape_out->dims, d, nd * sizeof(d[0]));
+	return FLOW_OK;
+}
+
+/* ---- running ----------------------------------------------------------------------------------- */
+
+void flow_bench_config_init(flow_bench_config_t *cfg)
+{
+	cfg->iters = 5;
+	cfg->warmup = 1;
+	cfg->seed = 1234;
+	cfg->rtol = -1.0;
+	cfg->atol = -1.0;
+	cfg->peak_gflops = 0.0;
+}
+
+flow_err_t flow_bench_kernel_run(flow_bench_kernel_t k,
+				 const flow_bench_shape_t *shape,
+				 const flow_bench_config_t *cfg,
+				 flow_bench_record_t *records_out,
+				 size_t *count_out, flow_diag_t *diag)
+{
+	const bench_kernel_t *e = kernel_entry(k);
+	flow_bench_record_t recs[FLOW_BENCH_MAX_PASSES];
+	bench_ctx_t c = { .k = k, .shape = shape, .cfg = cfg, .rec = recs,
+			  .nrec = 0, .diag = diag };
+	flow_err_t err;
+
+	if (!e || shape->ndims < e->min_dims || shape->ndims > e->max_dims ||
+	    !shape_fits(k, shape->dims, shape->ndims))
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "invalid shape for kernel '%s'",
+				     e ? e->name : "?");
+	if (cfg->iters == 0)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "invalid iteration count '0'");
+	c.rtol = cfg->rtol >= 0 ? cfg->rtol : e->rtol;
+	c.atol = cfg->atol >= 0 ? cfg->atol : e->atol;
+	c.samples = flow_calloc(cfg->iters, sizeof(double));
+	c.peer_samples = flow_calloc(cfg->iters, sizeof(double));
+	if (!c.samples || !c.peer_samples)
+		return flow_diag_errno(diag, FLOW_ERR_NOMEM, ENOMEM,
+				       "cannot allocate 'timing samples' (%u x %zu bytes)",
+				       cfg->iters, sizeof(double));
+	if (flow_log_enabled(FLOW_LOG_DEBUG)) {
+		char s[64];
+		flow_bench_shape_format(shape, s, sizeof(s));
+		flow_log(FLOW_LOG_DEBUG, "benchmarking %s %s", e->name, s);
+	}
+	err = e->run(&c);
+	flow_free(c.samples);
+	flow_free(c.peer_samples);
+	if (err != FLOW_OK)
+		return err;
+	memcpy(records_out, recs, c.nrec * sizeof(recs[0]));
+	*count_out = c.nrec;
+	return FLOW_OK;
+}
+
+/* ---- the machine --------------------------------------------------------------------------------- */
+
+static void copy_env(char *dst, size_t len, const char *name)
+{
+	const char *v = getenv(name);
+	snprintf(dst, len, "%s", v ? v : "");
+}
+
+/* True when the space-separated list has the word. */
+static bool has_word(const char *list, const char *word)
+{
+	size_t n = strlen(word);
+	for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+		if ((p == list || p[-1] == ' ') &&
+		    (p[n] == ' ' || p[n] == '\n' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+/* The first "model name" and "flags" lines of /proc/cpuinfo (x86; "unknown"
+ * and "none" elsewhere). */
+static void read_cpuinfo(flow_bench_machine_t *m)
+{
+	static char line[8192]; /* flags lines are long; not reentrant */
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	bool model = false, flags = false;
+
+	snprintf(m->cpu_model, sizeof(m->cpu_model), "unknown");
+	snprintf(m->simd, sizeof(m->simd), "none");
+	if (!f)
+		return;
+	while ((!model || !flags) && fgets(line, sizeof(line), f)) {
+		char *colon = strchr(line, ':');
+		if (!colon)
+			continue;
+		colon++;
+		while (*colon == ' ' || *colon == '\t')
+			colon++;
+		if (!model && strncmp(line, "model name", 10) == 0) {
+			colon[strcspn(colon, "\n")] = '\0';
+			snprintf(m->cpu_model, sizeof(m->cpu_model), "%s", colon);
+			model = true;
+		} else if (!flags && strncmp(line, "flags", 5) == 0) {
+			if (has_word(colon, "avx512f"))
+				snprintf(m->simd, sizeof(m->simd), "avx512f");
+			else if (has_word(colon, "avx2"))
+				snprintf(m->simd, sizeof(m->simd), "avx2");
+			flags = true;
+		}
+	}
+	fclose(f);
+}
+
+void flow_bench_machine_describe(flow_bench_machine_t *m)
+{
+	memset(m, 0, sizeof(*m));
+	if (gethostname(m->host, sizeof(m->host) - 1) != 0)
+		snprintf(m->host, sizeof(m->host), "unknown");
+	read_cpuinfo(m);
+	m->cpus = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef _OPENMP
+	m->omp_threads = omp_get_max_threads();
+#else
+	m->omp_threads = 1;
+#endif
+	flow_blas_info_t blas;
+	flow_blas_get_info(&blas);
+	snprintf(m->blas, sizeof(m->blas), "%s",
+		 blas.config[0] ? blas.config : blas.name);
+	snprintf(m->blas_core, sizeof(m->blas_core), "%s", blas.core);
+	m->blas_threads = blas.threads;
+	/* Tools restart with the better kernels unless the user pinned others. */
+	if (flow_blas_preferred_coretype())
+		snprintf(m->blas_warning, sizeof(m->blas_warning),
+			 "OpenBLAS runs '%s' kernels but this CPU can run '%s': OPENBLAS_CORETYPE=%s (see flow-bench(1))",
+			 blas.core, blas.best_core, blas.best_core);
+	copy_env(m->env_omp_num_threads, sizeof(m->env_omp_num_threads),
+		 "OMP_NUM_THREADS");
+	copy_env(m->env_omp_wait_policy, sizeof(m->env_omp_wait_policy),
+		 "OMP_WAIT_POLICY");
+	copy_env(m->env_openblas_coretype, sizeof(m->env_openblas_coretype),
+		 "OPENBLAS_CORETYPE");
+	copy_env(m->env_openblas_num_threads,
+		 sizeof(m->env_openblas_num_threads), "OPENBLAS_NUM_THREADS");
+}
+
+/* ---- output ----------------------------------------------------------------------------------------- */
+
+static const char *or_unset(const char *s)
+{
+	return s[0] ? s : "unset";
+}
+
+void flow_bench_write_machine(FILE *f, const flow_bench_machine_t *m)
+{
+	fprintf(f, "# flow %s (%s)\n", flow_version(), flow_features());
+	fprintf(f, "# host: %s\n", m->host);
+	fprintf(f, "# cpu: %s, %ld online, simd %s\n", m->cpu_model, m->cpus,
+		m->simd);
+	fprintf(f, "# openmp: %d threads (OMP_NUM_THREADS %s, OMP_WAIT_POLICY %s)\n",
+		m->omp_threads, or_unset(m->env_omp_num_threads),
+		or_unset(m->env_omp_wait_policy));
+	fprintf(f, "# blas: %s; core %s; %d threads (OPENBLAS_CORETYPE %s, OPENBLAS_NUM_THREADS %s)\n",
+		m->blas, m->blas_core, m->blas_threads,
+		or_unset(m->env_openblas_coretype),
+		or_unset(m->env_openblas_num_threads));
+	if (m->blas_warning[0])
+		fprintf(f, "# warning: %s\n", m->blas_warning);
+}
+
+void flow_bench_write_tsv_header(FILE *f)
+{
+	fputs("kernel\tpass\tshape\titers\ttime_us\tmin_us\tgflops\tgbps\t"
+	      "frac_peak\tblas_gflops\tblas_ratio\tchecked\twrong\n", f);
+}
+
+/* A TSV field: the value with prec decimals, or "-" when NaN. */
+static void tsv_num(FILE *f, double x, int prec)
+{
+	if (isnan(x))
+		fputs("\t-", f);
+	else
+		fprintf(f, "\t%.*f", prec, x);
+}
+
+void flow_bench_write_tsv_row(FILE *f, const flow_bench_record_t *rec)
+{
+	fprintf(f, "%s\t%s\t%s\t%u", rec->kernel, rec->pass, rec->shape,
+		rec->iters);
+	tsv_num(f, rec->time_us, 1);
+	tsv_num(f, rec->min_us, 1);
+	tsv_num(f, rec->gflops, 2);
+	tsv_num(f, rec->gbps, 2);
+	tsv_num(f, rec->frac_peak, 4);
+	tsv_num(f, rec->blas_gflops, 2);
+	tsv_num(f, rec->blas_ratio, 3);
+	fprintf(f, "\t%llu\t%llu\n", (unsigned long long)rec->checked,
+		(unsigned long long)rec->wrong);
+}
+
+void flow_bench_write_json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+static void json_num(FILE *f, const char *key, double x)
+{
+	fprintf(f, ",\"%s\":", key);
+	if (!isfinite(x))
+		fputs("null", f);
+	else
+		fprintf(f, "%.6g", x);
+}
+
+void flow_bench_write_json_record(FILE *f, const flow_bench_record_t *rec)
+{
+	fputs("{\"kernel\":", f);
+	flow_bench_write_json_string(f, rec->kernel);
+	fputs(",\"pass\":", f);
+	flow_bench_write_json_string(f, rec->pass);
+	fputs(",\"shape\":", f);
+	flow_bench_write_json_string(f, rec->shape);
+	fprintf(f, ",\"iters\":%u", rec->iters);
+	json_num(f, "time_us", rec->time_us);
+	json_num(f, "min_us", rec->min_us);
+	json_num(f, "flop", rec->flops);
+	json_num(f, "bytes", rec->bytes);
+	json_num(f, "gflops", rec->gflops);
+	json_num(f, "gbps", rec->gbps);
+	json_num(f, "frac_peak", rec->frac_peak);
+	json_num(f, "blas_gflops", rec->blas_gflops);
+	json_num(f, "blas_ratio", rec->blas_ratio);
+	json_num(f, "rtol", rec->rtol);
+	json_num(f, "atol", rec->atol);
+	fprintf(f, ",\"checked\":%llu,\"wrong\":%llu}",
+		(unsigned long long)rec->checked,
+		(unsigned long long)rec->wrong);
+}
+
+static void json_str(FILE *f, const char *key, const char *value, bool first)
+{
+	fprintf(f, "%s\"%s\":", first ? "" : ",", key);
+	flow_bench_write_json_string(f, value);
+}
+
+void flow_bench_write_json_machine(FILE *f, const flow_bench_machine_t *m)
+{
+	fputc('{', f);
+	json_str(f, "flow_version", flow_version(), true);
+	json_str(f, "features", flow_features(), false);
+	json_str(f, "host", m->host, false);
+	json_str(f, "cpu", m->cpu_model, false);
+	fprintf(f, ",\"cpus\":%ld,\"omp_threads\":%d", m->cpus, m->omp_threads);
+	json_str(f, "simd", m->simd, false);
+	json_str(f, "blas", m->blas, false);
+	json_str(f, "blas_core", m->blas_core, false);
+	fprintf(f, ",\"blas_threads\":%d", m->blas_threads);
+	json_str(f, "blas_warning", m->blas_warning, false);
+	json_str(f, "OMP_NUM_THREADS", m->env_omp_num_threads, false);
+	json_str(f, "OMP_WAIT_POLICY", m->env_omp_wait_policy, false);
+	json_str(f, "OPENBLAS_CORETYPE", m->env_openblas_coretype, false);
+	json_str(f, "OPENBLAS_NUM_THREADS", m->env_openblas_num_threads, false);
+	fputc('}', f);
+}

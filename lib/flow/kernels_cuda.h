@@ -1,0 +1,262 @@
+/* CUDA kernels, forward and backward, for the GPT op set: the GPU mirror of
+ * <flow/kernels.h>.  Installed only in CUDA builds.
+ *
+ * Mirroring.  Every flow_cpu_<op>_<dir>(args...) in kernels.h has a
+ * flow_cuda_<op>_<dir>(args..., flow_diag_t *diag, cudaStream_t stream) here
+ * with the same arguments in the same order and the same meaning (fp32,
+ * contiguous, row-major; forward overwrites; backward ACCUMULATES into every
+ * gradient; optional gradients may be NULL).  Differences, all consistent:
+ * - Tensor pointers are DEVICE pointers.  Sizes, the flow_adamw_params_t and
+ *   the pointer/count arrays of flow_cuda_clip_grad_norm are host memory.
+ * - Launches can fail, so every kernel returns flow_err_t (FLOW_MUST_CHECK):
+ *   FLOW_OK, FLOW_ERR_DEVICE (a CUDA or cuBLAS call failed; diag names the
+ *   call, the file:line and the foreign error string) or FLOW_ERR_RANGE (a
+ *   size does not fit the int that cuBLAS or a launch takes).  A failed launch
+ *   may leave outputs partly written.
+ * - CPU functions that return a value (sum of squares, grad norm) write it
+ *   through an extra output pointer placed before diag.
+ * - Work is enqueued on `stream` and the functions return without waiting
+ *   (except where a comment says "synchronises").  A few kernels need
+ *   temporary device memory; they take it stream-ordered from the current
+ *   device's default memory pool (cudaMallocAsync/cudaFreeAsync on stream).
+ *
+ * Runtime model.  Kernels run on the calling thread's current device
+ * (cudaSetDevice / flow_cuda_set_device).  GEMMs go through cuBLAS with one
+ * handle per (thread, device), created on first use and pointed at `stream`
+ * before each call, so any number of threads and streams may run kernels at
+ * once without sharing a handle.  flow_cuda_release_thread() destroys the
+ * calling thread's handles (call it before a worker thread exits; the main
+ * thread may leave them to process exit).  There is no other state.
+ *
+ * Determinism.  Every reduction uses a fixed partition of the work and a fixed
+ * combination order that depend only on the sizes, never on the device's
+ * multiprocessor count or on timing; no float atomics are used.  cuBLAS is
+ * run-to-run deterministic on one stream (cuBLAS documentation, "Results
+ * reproducibility"); its math mode is left at CUBLAS_DEFAULT_MATH (true fp32,
+ * no TF32).  Results match the CPU kernels to float rounding, not bit for bit:
+ * the tolerances are documented in tests/gpu/test_cuda_kernels.c.
+ *
+ * Thread safety: every function may be called from any thread; a thread's
+ * cuBLAS handles are its own.
+ */
+#ifndef FLOW_KERNELS_CUDA_H
+#define FLOW_KERNELS_CUDA_H
+
+#include <cuda_runtime_api.h>
+
+#include <flow/common.h>
+#include <flow/error.h>
+#include <flow/kernels.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- runtime ------------------------------------------------------------- */
+
+/* Number of CUDA devices in *count_out (written only on FLOW_OK; may be 0).
+ * Returns FLOW_OK; FLOW_ERR_NOTSUP when this machine has no CUDA driver or
+ * no CUDA device (diag says which, e.g. "no usable CUDA driver or device:
+ * no CUDA-capable device is detected (cudaErrorNoDevice)");
+ * FLOW_ERR_DEVICE for any other CUDA failure. */
+FLOW_EXPORT flow_err_t flow_cuda_device_count(int *count_out,
+					      flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* Make device the calling thread's current device. */
+FLOW_EXPORT flow_err_t flow_cuda_set_device(int device,
+					    flow_diag_t *diag) FLOW_MUST_CHECK;
+
+typedef struct flow_cuda_device_info {
+	int device;           /* ordinal */
+	char name[256];       /* e.g. "NVIDIA H200" */
+	int cc_major, cc_minor; /* compute capability, e.g. 9.0 */
+	int sm_count;         /* multiprocessors */
+	size_t global_mem;    /* bytes */
+	size_t l2_bytes;      /* L2 cache bytes */
+	int runtime_version;  /* e.g. 13000 */
+	int driver_version;   /* e.g. 13000 */
+} flow_cuda_device_info_t;
+
+/* Describe device into *info_out (written only on FLOW_OK). */
+FLOW_EXPORT flow_err_t flow_cuda_device_info(int device,
+					     flow_cuda_device_info_t *info_out,
+					     flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* Destroy the cuBLAS handles the calling thread created (one per device it
+ * used).  Safe to call more than once, and on a thread that made none. */
+FLOW_EXPORT void flow_cuda_release_thread(void);
+
+/* ---- device memory helpers (for tools and tests) ------------------------- */
+
+/* cudaMalloc of bytes (0 gives NULL and FLOW_OK).  *ptr_out is written only
+ * on FLOW_OK.  Free with flow_cuda_free(). */
+FLOW_EXPORT flow_err_t flow_cuda_malloc(void **ptr_out, size_t bytes,
+					flow_diag_t *diag) FLOW_MUST_CHECK;
+/* cudaFree; NULL is ignored.  Errors (a sticky context error) are dropped:
+ * they are reported by the next call that can report them. */
+FLOW_EXPORT void flow_cuda_free(void *ptr);
+/* Synchronous copies host -> device and device -> host. */
+FLOW_EXPORT flow_err_t flow_cuda_copy_to_device(void *dst, const void *src,
+						size_t bytes,
+						flow_diag_t *diag) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_copy_to_host(void *dst, const void *src,
+					      size_t bytes,
+					      flow_diag_t *diag) FLOW_MUST_CHECK;
+/* Set bytes of device memory to zero, ordered on stream. */
+FLOW_EXPORT flow_err_t flow_cuda_zero(void *dst, size_t bytes,
+				      flow_diag_t *diag,
+				      cudaStream_t stream) FLOW_MUST_CHECK;
+/* Wait for stream; reports any error of the work enqueued on it. */
+FLOW_EXPORT flow_err_t flow_cuda_sync(cudaStream_t stream,
+				      flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* ---- matmul: out[n,o] = inp[n,i] . weight[o,i]^T + bias[o] --------------- */
+/* cuBLAS sgemm, then a bias kernel; bias may be NULL. */
+FLOW_EXPORT flow_err_t flow_cuda_matmul_forward(float *out, const float *inp,
+						const float *weight,
+						const float *bias, size_t n,
+						size_t in_dim, size_t out_dim,
+						flow_diag_t *diag,
+						cudaStream_t stream) FLOW_MUST_CHECK;
+/* dinp += dout . weight; dweight += dout^T . inp (cuBLAS, beta = 1);
+ * dbias += column sums of dout.  Each gradient is optional. */
+FLOW_EXPORT flow_err_t flow_cuda_matmul_backward(float *dinp, float *dweight,
+						 float *dbias,
+						 const float *dout,
+						 const float *inp,
+						 const float *weight, size_t n,
+						 size_t in_dim, size_t out_dim,
+						 flow_diag_t *diag,
+						 cudaStream_t stream) FLOW_MUST_CHECK;
+
+/* ---- token + position embedding ------------------------------------------ */
+/* tokens (device int32) must be in [0, vocab): they are not checked. */
+FLOW_EXPORT flow_err_t flow_cuda_embedding_forward(float *out,
+						   const int32_t *tokens,
+						   const float *wte,
+						   const float *wpe, size_t B,
+						   size_t T, size_t C,
+						   flow_diag_t *diag,
+						   cudaStream_t stream) FLOW_MUST_CHECK;
+/* dwte and dwpe are optional.  dwte uses stream-ordered temporary memory
+ * (about 16 bytes per token plus a radix sort's scratch). */
+FLOW_EXPORT flow_err_t flow_cuda_embedding_backward(float *dwte, float *dwpe,
+						    const float *dout,
+						    const int32_t *tokens,
+						    size_t B, size_t T,
+						    size_t C,
+						    flow_diag_t *diag,
+						    cudaStream_t stream) FLOW_MUST_CHECK;
+
+/* ---- layernorm, eps = FLOW_LAYERNORM_EPS --------------------------------- */
+FLOW_EXPORT flow_err_t flow_cuda_layernorm_forward(float *out, float *mean,
+						   float *rstd,
+						   const float *inp,
+						   const float *weight,
+						   const float *bias, size_t n,
+						   size_t C, flow_diag_t *diag,
+						   cudaStream_t stream) FLOW_MUST_CHECK;
+/* dinp, dweight, dbias are each optional. */
+FLOW_EXPORT flow_err_t flow_cuda_layernorm_backward(float *dinp,
+						    float *dweight,
+						    float *dbias,
+						    const float *dout,
+						    const float *inp,
+						    const float *weight,
+						    const float *mean,
+						    const float *rstd, size_t n,
+						    size_t C, flow_diag_t *diag,
+						    cudaStream_t stream) FLOW_MUST_CHECK;
+
+/* ---- GELU, tanh approximation -------------------------------------------- */
+FLOW_EXPORT flow_err_t flow_cuda_gelu_forward(float *out, const float *inp,
+					      size_t n, flow_diag_t *diag,
+					      cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_gelu_backward(float *dinp, const float *inp,
+					       const float *dout, size_t n,
+					       flow_diag_t *diag,
+					       cudaStream_t stream) FLOW_MUST_CHECK;
+
+/* ---- causal multi-head self-attention ------------------------------------ */
+/* As flow_cpu_attention_forward; needs no scratch (att holds the scores
+ * before it holds the probabilities). */
+FLOW_EXPORT flow_err_t flow_cuda_attention_forward(float *out, float *att,
+						   const float *qkv, size_t B,
+						   size_t T, size_t C,
+						   size_t NH,
+						   flow_diag_t *diag,
+						   cudaStream_t stream) FLOW_MUST_CHECK;
+/* Bytes of device scratch the backward pass needs (B*NH*T*T floats); 0 when
+ * the product overflows size_t (then the backward pass reports
+ * FLOW_ERR_RANGE).  A pure function: no device is touched. */
+FLOW_EXPORT size_t flow_cuda_attention_scratch_bound(size_t B, size_t T,
+						     size_t C, size_t NH);
+/* dqkv += gradient; scratch is device memory of at least
+ * flow_cuda_attention_scratch_bound() bytes, 16-byte aligned. */
+FLOW_EXPORT flow_err_t flow_cuda_attention_backward(float *dqkv,
+						    void *scratch,
+						    const float *dout,
+						    const float *qkv,
+						    const float *att, size_t B,
+						    size_t T, size_t C,
+						    size_t NH,
+						    flow_diag_t *diag,
+						    cudaStream_t stream) FLOW_MUST_CHECK;
+
+/* ---- residual add -------------------------------------------------------- */
+FLOW_EXPORT flow_err_t flow_cuda_residual_forward(float *out, const float *a,
+						  const float *b, size_t n,
+						  flow_diag_t *diag,
+						  cudaStream_t stream) FLOW_MUST_CHECK;
+/* da and db are each optional. */
+FLOW_EXPORT flow_err_t flow_cuda_residual_backward(float *da, float *db,
+						   const float *dout, size_t n,
+						   flow_diag_t *diag,
+						   cudaStream_t stream) FLOW_MUST_CHECK;
+
+/* ---- fused softmax cross-entropy ----------------------------------------- */
+/* As the CPU kernel; targets are device int32.  A row whose target is
+ * outside [0, V) (negative: ignored by contract) gets loss 0 and gradient 0. */
+FLOW_EXPORT flow_err_t flow_cuda_cross_entropy_forward_backward(
+	float *losses, float *logits, const int32_t *targets, size_t n,
+	size_t V, size_t Vp, float dloss, flow_diag_t *diag,
+	cudaStream_t stream) FLOW_MUST_CHECK;
+
+/* ---- AdamW --------------------------------------------------------------- */
+/* As flow_cpu_adamw_update, in torch.optim.AdamW's (single-tensor) order of
+ * operations; hp is host memory, read before return. */
+FLOW_EXPORT flow_err_t flow_cuda_adamw_update(float *param, const float *grad,
+					      float *m, float *v, size_t n,
+					      const flow_adamw_params_t *hp,
+					      uint64_t t, bool decay,
+					      flow_diag_t *diag,
+					      cudaStream_t stream) FLOW_MUST_CHECK;
+
+/* ---- global gradient-norm clipping --------------------------------------- */
+/* Sum of squares of n floats (squares and sums in double, fixed order) into
+ * *sum_out, ONE double in DEVICE memory (so no synchronisation). */
+FLOW_EXPORT flow_err_t flow_cuda_sum_squares(const float *x, size_t n,
+					     double *sum_out,
+					     flow_diag_t *diag,
+					     cudaStream_t stream) FLOW_MUST_CHECK;
+/* x *= s. */
+FLOW_EXPORT flow_err_t flow_cuda_scale(float *x, size_t n, float s,
+				       flow_diag_t *diag,
+				       cudaStream_t stream) FLOW_MUST_CHECK;
+/* As flow_cpu_clip_grad_norm: grads is a HOST array of ntensors DEVICE
+ * pointers, counts a host array.  The norm and the clip coefficient are
+ * computed on the device (no host round trip between the two passes).  When
+ * norm_out is not NULL this synchronises on stream and writes the norm
+ * before clipping to *norm_out (host); when NULL it returns at once. */
+FLOW_EXPORT flow_err_t flow_cuda_clip_grad_norm(float *const *grads,
+						const size_t *counts,
+						size_t ntensors, float max_norm,
+						float *norm_out,
+						flow_diag_t *diag,
+						cudaStream_t stream) FLOW_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,52 @@
+/* CPU GELU, tanh approximation, with the same formula and operation order as
+ * PyTorch's approximate='tanh' kernels.  Never build this with -ffast-math:
+ * finite-math and reassociation change tanhf's large-|x| behaviour (llm.c
+ * issue #168). */
+#include <config.h>
+
+#include <math.h>
+
+#include <flow/kernels.h>
+
+#include "cpu_internal.h"
+
+/* sqrt(2/pi) and the cubic coefficient, rounded to float once as PyTorch
+ * does (kBeta = M_SQRT2 * M_2_SQRTPI * 0.5 cast to float); spelled out
+ * because M_SQRT2 is not ISO C. */
+#define GELU_BETA ((float)0.79788456080286535588)
+#define GELU_KAPPA 0.044715f
+
+void flow_cpu_gelu_forward(float *out, const float *inp, size_t n)
+{
+	float *restrict o = out;
+	const float *restrict x = inp;
+
+#pragma omp parallel for schedule(static)
+	for (size_t i = 0; i < n; i++) {
+		float xi = x[i];
+		float inner = GELU_BETA * (xi + GELU_KAPPA * xi * xi * xi);
+		o[i] = 0.5f * xi * (1.0f + tanhf(inner));
+	}
+}
+
+void flow_cpu_gelu_backward(float *dinp, const float *inp, const float *dout,
+			    size_t n)
+{
+	float *restrict g = dinp;
+	const float *restrict x = inp;
+	const float *restrict d = dout;
+
+#pragma omp parallel for schedule(static)
+	for (size_t i = 0; i < n; i++) {
+		float xi = x[i];
+		float x2 = xi * xi;
+		float inner = GELU_BETA * (xi + GELU_KAPPA * x2 * xi);
+		float th = tanhf(inner);
+		float left = 0.5f * xi;
+		float right = 1.0f + th;
+		float dleft = 0.5f * right;
+		float dinner = GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * x2);
+		float dright = left * (1.0f - th * th) * dinner;
+		g[i] += d[i] * (dleft + dright);
+	}
+}

@@ -1,0 +1,114 @@
+/* CPU layernorm over the last dimension (biased variance, eps
+ * FLOW_LAYERNORM_EPS, as torch.nn.LayerNorm), forward and backward. */
+#include <config.h>
+
+#include <math.h>
+
+#include <flow/kernels.h>
+
+#include "cpu_internal.h"
+
+void flow_cpu_layernorm_forward(float *out, float *mean, float *rstd,
+				const float *inp, const float *weight,
+				const float *bias, size_t n, size_t C)
+{
+#pragma omp parallel for schedule(static)
+	for (size_t r = 0; r < n; r++) {
+		const float *restrict x = inp + r * C;
+		float *restrict o = out + r * C;
+		double s = 0.0, ss = 0.0;
+
+		/* Two passes in double: the one-pass E[x^2]-E[x]^2 loses
+		 * everything when |mean| >> std (e.g. a residual stream with an
+		 * offset), and the double sums keep C=768..4096 at float
+		 * rounding.  The simd reduction order is fixed at compile time,
+		 * so it is thread-count invariant. */
+#pragma omp simd reduction(+ : s)
+		for (size_t c = 0; c < C; c++)
+			s += x[c];
+		double m = s / (double)C;
+#pragma omp simd reduction(+ : ss)
+		for (size_t c = 0; c < C; c++) {
+			double d = x[c] - m;
+			ss += d * d;
+		}
+		float mf = (float)m;
+		float rs = (float)(1.0 / sqrt(ss / (double)C +
+					      (double)FLOW_LAYERNORM_EPS));
+		for (size_t c = 0; c < C; c++)
+			o[c] = (x[c] - mf) * rs * weight[c] + bias[c];
+		mean[r] = mf;
+		rstd[r] = rs;
+	}
+}
+
+/* dweight[c] += sum_r dout*norm, dbias[c] += sum_r dout: whole channel
+ * blocks per thread, rows in order (thread-count invariant, no scratch). */
+static void layernorm_param_grads(float *dweight, float *dbias,
+				  const float *dout, const float *inp,
+				  const float *mean, const float *rstd,
+				  size_t n, size_t C)
+{
+	size_t nblocks = (C + FLOW_CPU_COL_BLOCK - 1) / FLOW_CPU_COL_BLOCK;
+
+#pragma omp parallel for schedule(static)
+	for (size_t blk = 0; blk < nblocks; blk++) {
+		size_t c0 = blk * FLOW_CPU_COL_BLOCK;
+		size_t w = C - c0 < FLOW_CPU_COL_BLOCK ? C - c0 :
+							 FLOW_CPU_COL_BLOCK;
+		double aw[FLOW_CPU_COL_BLOCK] = { 0 };
+		double ab[FLOW_CPU_COL_BLOCK] = { 0 };
+
+		for (size_t r = 0; r < n; r++) {
+			const float *restrict x = inp + r * C + c0;
+			const float *restrict d = dout + r * C + c0;
+			float m = mean[r], rs = rstd[r];
+			for (size_t c = 0; c < w; c++) {
+				aw[c] += d[c] * ((x[c] - m) * rs);
+				ab[c] += d[c];
+			}
+		}
+		if (dweight)
+			for (size_t c = 0; c < w; c++)
+				dweight[c0 + c] += (float)aw[c];
+		if (dbias)
+			for (size_t c = 0; c < w; c++)
+				dbias[c0 + c] += (float)ab[c];
+	}
+}
+
+void flow_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
+				 const float *dout, const float *inp,
+				 const float *weight, const float *mean,
+				 const float *rstd, size_t n, size_t C)
+{
+	if (dinp) {
+#pragma omp parallel for schedule(static)
+		for (size_t r = 0; r < n; r++) {
+			const float *restrict x = inp + r * C;
+			const float *restrict d = dout + r * C;
+			float *restrict g = dinp + r * C;
+			float m = mean[r], rs = rstd[r];
+			double sd = 0.0, sdn = 0.0;
+
+			/* dx = rstd * (dn - mean(dn) - n * mean(dn * n)) with
+			 * n the normalised input and dn = dout * weight. */
+#pragma omp simd reduction(+ : sd, sdn)
+			for (size_t c = 0; c < C; c++) {
+				float dn = d[c] * weight[c];
+				sd += dn;
+				sdn += dn * ((x[c] - m) * rs);
+			}
+			float mdn = (float)(sd / (double)C);
+			float mdnn = (float)(sdn / (double)C);
+			for (size_t c = 0; c < C; c++) {
+				float nrm = (x[c] - m) * rs;
+				float dn = d[c] * weight[c];
+				g[c] += (dn - mdn - nrm * mdnn) * rs;
+			}
+		}
+	}
+	if (dweight || dbias)
+		layernorm_param_grads(dweight, dbias, dout, inp, mean, rstd,
+				      n, C);
+}

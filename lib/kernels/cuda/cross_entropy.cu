@@ -1,0 +1,82 @@
+/* Fused softmax cross-entropy on the GPU: loss per row and, in place, the
+ * gradient of dloss * loss with respect to the logits.  Mirrors
+ * cpu/cross_entropy.c.
+ *
+ * One block per row: a block-wide max, then a block-wide sum of exp(x - max)
+ * (per-thread strided partial sums in double, combined by flow_block_sum
+ * in a fixed order), then every element is rewritten as
+ * dloss * (p - onehot).  The row is read three times; at 50304 padded
+ * columns it is 200 KB, which the second and third passes find in L2. */
+#include <config.h>
+
+#include "cuda_internal.h"
+
+#define CE_THREADS 512
+
+static __global__ void cross_entropy_kernel(float *__restrict__ losses,
+					    float *__restrict__ logits,
+					    const int32_t *__restrict__ targets,
+					    size_t V, size_t Vp, float dloss)
+{
+	__shared__ float shared[32];
+	__shared__ double dshared[32];
+	const size_t r = blockIdx.x;
+	float *x = logits + r * Vp;
+	const int32_t tgt = targets[r];
+
+	if (tgt < 0 || (size_t)tgt >= V) {
+		/* Ignored row (negative target; out-of-range ones too, rather
+		 * than read outside the row): loss 0, gradient 0. */
+		for (size_t j = threadIdx.x; j < Vp; j += blockDim.x)
+			x[j] = 0.0f;
+		if (threadIdx.x == 0 && losses)
+			losses[r] = 0.0f;
+		return;
+	}
+	const float xt = x[tgt]; /* read before any thread overwrites it */
+	float mx = -INFINITY;
+	for (size_t j = threadIdx.x; j < V; j += blockDim.x)
+		mx = fmaxf(mx, x[j]);
+	mx = flow_block_max(mx, shared);
+	/* exp(x - max) summed in double, as the CPU reference: a float sum
+	 * of ~50k terms drifts by ~1e-5 relative. */
+	double sum = 0.0;
+	for (size_t j = threadIdx.x; j < V; j += blockDim.x)
+		sum += (double)expf(x[j] - mx);
+	sum = flow_block_sum(sum, dshared); /* ends with every xt read */
+	const float inv = (float)(1.0 / sum);
+	for (size_t j = threadIdx.x; j < Vp; j += blockDim.x) {
+		float g = 0.0f;
+		if (j < V) {
+			const float p = expf(x[j] - mx) * inv;
+			g = j == (size_t)tgt ? dloss * (p - 1.0f) : dloss * p;
+		}
+		x[j] = g;
+	}
+	if (threadIdx.x == 0 && losses)
+		losses[r] = (float)(log(sum) - ((double)xt - (double)mx));
+}
+
+flow_err_t flow_cuda_cross_entropy_forward_backward(
+	float *losses, float *logits, const int32_t *targets, size_t n,
+	size_t V, size_t Vp, float dloss, flow_diag_t *diag,
+	cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+
+	if (n == 0)
+		return FLOW_OK;
+	if (V > Vp) {
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "vocabulary V = %zu of '%s' exceeds the "
+				    "padded row Vp = %zu",
+				    V, __func__, Vp);
+		goto out;
+	}
+	FLOW_TRY(flow_cuda__check_size(diag, __func__, "n", n, INT_MAX), out);
+	cross_entropy_kernel<<<(unsigned)n, CE_THREADS, 0, stream>>>(
+		losses, logits, targets, V, Vp, dloss);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
+}

@@ -1,0 +1,174 @@
+/* LayerNorm over the last dimension on the GPU.  Mirrors cpu/layernorm.c.
+ *
+ * Forward and the dinp part of backward give one warp to each row (lanes
+ * stride the channels, so each warp reads contiguous 128-byte segments); the
+ * statistics are two-pass (mean, then the mean of squared deviations) with
+ * double sums, as the CPU reference.  dweight/dbias are column sums over
+ * rows (float products, double sums), done by a separate deterministic
+ * column-reduction kernel. */
+#include <config.h>
+
+#include "cuda_internal.h"
+
+#define LN_WARPS 8 /* rows per block */
+#define LN_COLS_ROWS 32 /* row partitions of the column-sum kernel */
+
+static __global__ void layernorm_forward_kernel(
+	float *__restrict__ out, float *__restrict__ mean,
+	float *__restrict__ rstd, const float *__restrict__ inp,
+	const float *__restrict__ weight, const float *__restrict__ bias,
+	size_t n, size_t C)
+{
+	const unsigned lane = threadIdx.x & 31;
+	const size_t row_stride = (size_t)gridDim.x * LN_WARPS;
+	for (size_t r = (size_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
+	     r < n; r += row_stride) {
+		const float *x = inp + r * C;
+		float *y = out + r * C;
+		double sum = 0.0;
+		for (size_t c = lane; c < C; c += 32)
+			sum += x[c];
+		const double md = flow_warp_sum_d(sum) / (double)C;
+		double sq = 0.0;
+		for (size_t c = lane; c < C; c += 32) {
+			const double d = x[c] - md;
+			sq += d * d;
+		}
+		const double var = flow_warp_sum_d(sq) / (double)C;
+		const float m = (float)md;
+		const float s =
+			(float)(1.0 / sqrt(var + (double)FLOW_LAYERNORM_EPS));
+		for (size_t c = lane; c < C; c += 32) {
+			/* (x - m) * s * w + b, rounded step by step as the CPU
+			 * reference (no FMA contraction). */
+			const float norm = __fmul_rn(__fsub_rn(x[c], m), s);
+			y[c] = __fadd_rn(__fmul_rn(norm, weight[c]), bias[c]);
+		}
+		if (lane == 0) {
+			if (mean)
+				mean[r] = m;
+			if (rstd)
+				rstd[r] = s;
+		}
+	}
+}
+
+static __global__ void layernorm_dinp_kernel(
+	float *__restrict__ dinp, const float *__restrict__ dout,
+	const float *__restrict__ inp, const float *__restrict__ weight,
+	const float *__restrict__ mean, const float *__restrict__ rstd,
+	size_t n, size_t C)
+{
+	const unsigned lane = threadIdx.x & 31;
+	const size_t row_stride = (size_t)gridDim.x * LN_WARPS;
+	for (size_t r = (size_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
+	     r < n; r += row_stride) {
+		const float *x = inp + r * C;
+		const float *dy = dout + r * C;
+		float *dx = dinp + r * C;
+		const float m = mean[r], s = rstd[r];
+		double a = 0.0, b = 0.0;
+		for (size_t c = lane; c < C; c += 32) {
+			const float norm = __fmul_rn(__fsub_rn(x[c], m), s);
+			const float dnorm = __fmul_rn(dy[c], weight[c]);
+			a += dnorm;
+			b += __fmul_rn(dnorm, norm);
+		}
+		const float dnorm_mean = (float)(flow_warp_sum_d(a) / (double)C);
+		const float dnorm_norm_mean =
+			(float)(flow_warp_sum_d(b) / (double)C);
+		for (size_t c = lane; c < C; c += 32) {
+			const float norm = __fmul_rn(__fsub_rn(x[c], m), s);
+			const float dnorm = __fmul_rn(dy[c], weight[c]);
+			float d = __fsub_rn(dnorm, dnorm_mean);
+			d = __fsub_rn(d, __fmul_rn(norm, dnorm_norm_mean));
+			dx[c] += __fmul_rn(d, s);
+		}
+	}
+}
+
+/* dweight[c] += sum_r dout[r,c] * norm[r,c]; dbias[c] += sum_r dout[r,c].
+ * Block (32, LN_COLS_ROWS) owns 32 columns; thread y takes rows y,
+ * y + LN_COLS_ROWS, ... in order; partials are combined in y order. */
+static __global__ void layernorm_dparams_kernel(
+	float *__restrict__ dweight, float *__restrict__ dbias,
+	const float *__restrict__ dout, const float *__restrict__ inp,
+	const float *__restrict__ mean, const float *__restrict__ rstd,
+	size_t n, size_t C)
+{
+	__shared__ double pw[LN_COLS_ROWS][33];
+	__shared__ double pb[LN_COLS_ROWS][33];
+	const size_t c = (size_t)blockIdx.x * 32 + threadIdx.x;
+	double aw = 0.0, ab = 0.0;
+	if (c < C) {
+		for (size_t r = threadIdx.y; r < n; r += LN_COLS_ROWS) {
+			const float dy = dout[r * C + c];
+			const float norm = __fmul_rn(
+				__fsub_rn(inp[r * C + c], mean[r]), rstd[r]);
+			aw += __fmul_rn(dy, norm);
+			ab += dy;
+		}
+	}
+	pw[threadIdx.y][threadIdx.x] = aw;
+	pb[threadIdx.y][threadIdx.x] = ab;
+	__syncthreads();
+	if (threadIdx.y == 0 && c < C) {
+		double sw = 0.0, sb = 0.0;
+		for (int y = 0; y < LN_COLS_ROWS; y++) {
+			sw += pw[y][threadIdx.x];
+			sb += pb[y][threadIdx.x];
+		}
+		if (dweight)
+			dweight[c] += (float)sw;
+		if (dbias)
+			dbias[c] += (float)sb;
+	}
+}
+
+flow_err_t flow_cuda_layernorm_forward(float *out, float *mean, float *rstd,
+				       const float *inp, const float *weight,
+				       const float *bias, size_t n, size_t C,
+				       flow_diag_t *diag, cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+
+	if (n == 0 || C == 0)
+		return FLOW_OK;
+	layernorm_forward_kernel<<<flow_cuda__grid(n, LN_WARPS), LN_WARPS * 32,
+				   0, stream>>>(out, mean, rstd, inp, weight,
+						bias, n, C);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
+}
+
+flow_err_t flow_cuda_layernorm_backward(float *dinp, float *dweight,
+					float *dbias, const float *dout,
+					const float *inp, const float *weight,
+					const float *mean, const float *rstd,
+					size_t n, size_t C, flow_diag_t *diag,
+					cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	const dim3 block(32, LN_COLS_ROWS);
+
+	if (n == 0 || C == 0)
+		return FLOW_OK;
+	if (dinp) {
+		layernorm_dinp_kernel<<<flow_cuda__grid(n, LN_WARPS),
+					LN_WARPS * 32, 0, stream>>>(
+			dinp, dout, inp, weight, mean, rstd, n, C);
+		FLOW_CUDA_LAUNCH_TRY(out);
+	}
+	if (dweight || dbias) {
+		FLOW_TRY(flow_cuda__check_size(diag, __func__, "C", C,
+					       (size_t)INT_MAX * 32),
+			 out);
+		layernorm_dparams_kernel<<<(unsigned)flow_cuda__ceil_div(C, 32),
+					   block, 0, stream>>>(
+			dweight, dbias, dout, inp, mean, rstd, n, C);
+		FLOW_CUDA_LAUNCH_TRY(out);
+	}
+out:
+	return err;
+}

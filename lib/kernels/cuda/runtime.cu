@@ -1,0 +1,204 @@
+/* CUDA runtime pieces behind kernels_cuda.h: error conversion at the CUDA and
+ * cuBLAS boundary, the per-thread cuBLAS handles, device queries and the
+ * memory helpers used by tools and tests. */
+#include <config.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "cuda_internal.h"
+
+/* cudaDevAttr* and cuBLAS handles are per device; more devices than this in
+ * one process are reported as FLOW_ERR_RANGE. */
+#define FLOW_CUDA_MAX_DEVICES 64
+
+/* The calling thread's handles, indexed by device ordinal. */
+static thread_local cublasHandle_t tls_cublas[FLOW_CUDA_MAX_DEVICES];
+
+/* "matmul.cu" from "/path/lib/kernels/cuda/matmul.cu". */
+static const char *base_name(const char *path)
+{
+	const char *slash = std::strrchr(path, '/');
+	return slash ? slash + 1 : path;
+}
+
+flow_err_t flow_cuda__fail(flow_diag_t *diag, cudaError_t e, const char *func,
+			   const char *file, int line)
+{
+	return flow_diag_set(diag, FLOW_ERR_DEVICE,
+			     "CUDA call failed in '%s' (%s:%d): %s: %s", func,
+			     base_name(file), line, cudaGetErrorName(e),
+			     cudaGetErrorString(e));
+}
+
+flow_err_t flow_cuda__fail_cublas(flow_diag_t *diag, cublasStatus_t s,
+				  const char *func, const char *file, int line)
+{
+	return flow_diag_set(diag, FLOW_ERR_DEVICE,
+			     "cuBLAS call failed in '%s' (%s:%d): %s: %s", func,
+			     base_name(file), line, cublasGetStatusName(s),
+			     cublasGetStatusString(s));
+}
+
+flow_err_t flow_cuda__check_size(flow_diag_t *diag, const char *func,
+				 const char *what, size_t value, size_t limit)
+{
+	if (value <= limit)
+		return FLOW_OK;
+	return flow_diag_set(diag, FLOW_ERR_RANGE,
+			     "size '%s' = %zu of '%s' exceeds %zu", what, value,
+			     func, limit);
+}
+
+flow_err_t flow_cuda__cublas(cublasHandle_t *handle_out, cudaStream_t stream,
+			     flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	int dev = 0;
+	cublasHandle_t h = NULL;
+
+	FLOW_CUDA_TRY(cudaGetDevice(&dev), out);
+	if (dev < 0 || dev >= FLOW_CUDA_MAX_DEVICES) {
+		err = flow_diag_set(diag, FLOW_ERR_RANGE,
+				    "CUDA device %d is beyond the %d devices "
+				    "libflow supports",
+				    dev, FLOW_CUDA_MAX_DEVICES);
+		goto out;
+	}
+	h = tls_cublas[dev];
+	if (!h) {
+		FLOW_CUBLAS_TRY(cublasCreate(&h), out);
+		tls_cublas[dev] = h;
+		/* True fp32: no TF32 tensor-core shortcut.  (The
+		 * NVIDIA_TF32_OVERRIDE=1 environment variable could still force
+		 * it; tests run without it.) */
+		FLOW_CUBLAS_TRY(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), out);
+		FLOW_CUBLAS_TRY(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST),
+				out);
+	}
+	FLOW_CUBLAS_TRY(cublasSetStream(h, stream), out);
+	*handle_out = h;
+out:
+	return err;
+}
+
+void flow_cuda_release_thread(void)
+{
+	int saved = -1;
+	bool have_saved = cudaGetDevice(&saved) == cudaSuccess;
+	for (int dev = 0; dev < FLOW_CUDA_MAX_DEVICES; dev++) {
+		if (!tls_cublas[dev])
+			continue;
+		/* cublasDestroy synchronises with the handle's device. */
+		if (cudaSetDevice(dev) == cudaSuccess)
+			(void)cublasDestroy(tls_cublas[dev]);
+		tls_cublas[dev] = NULL;
+	}
+	if (have_saved)
+		(void)cudaSetDevice(saved);
+}
+
+flow_err_t flow_cuda_device_count(int *count_out, flow_diag_t *diag)
+{
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
+	    e == cudaErrorStubLibrary || e == cudaErrorCompatNotSupportedOnDevice) {
+		(void)cudaGetLastError(); /* not sticky; clear it */
+		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
+				     "no usable CUDA driver or device: %s (%s)",
+				     cudaGetErrorString(e), cudaGetErrorName(e));
+	}
+	if (e != cudaSuccess)
+		return flow_cuda__fail(diag, e, __func__, __FILE__, __LINE__);
+	*count_out = count;
+	return FLOW_OK;
+}
+
+flow_err_t flow_cuda_set_device(int device, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	FLOW_CUDA_TRY(cudaSetDevice(device), out);
+out:
+	return err;
+}
+
+flow_err_t flow_cuda_device_info(int device, flow_cuda_device_info_t *info_out,
+				 flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	cudaDeviceProp prop;
+	flow_cuda_device_info_t info;
+
+	std::memset(&info, 0, sizeof(info));
+	FLOW_CUDA_TRY(cudaGetDeviceProperties(&prop, device), out);
+	info.device = device;
+	std::snprintf(info.name, sizeof(info.name), "%s", prop.name);
+	info.cc_major = prop.major;
+	info.cc_minor = prop.minor;
+	info.sm_count = prop.multiProcessorCount;
+	info.global_mem = prop.totalGlobalMem;
+	info.l2_bytes = prop.l2CacheSize > 0 ? (size_t)prop.l2CacheSize : 0;
+	FLOW_CUDA_TRY(cudaRuntimeGetVersion(&info.runtime_version), out);
+	FLOW_CUDA_TRY(cudaDriverGetVersion(&info.driver_version), out);
+	*info_out = info;
+out:
+	return err;
+}
+
+flow_err_t flow_cuda_malloc(void **ptr_out, size_t bytes, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	void *p = NULL;
+	if (bytes > 0)
+		FLOW_CUDA_TRY(cudaMalloc(&p, bytes), out);
+	*ptr_out = p;
+out:
+	return err;
+}
+
+void flow_cuda_free(void *ptr)
+{
+	if (ptr)
+		(void)cudaFree(ptr);
+}
+
+flow_err_t flow_cuda_copy_to_device(void *dst, const void *src, size_t bytes,
+				    flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	if (bytes > 0)
+		FLOW_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
+			      out);
+out:
+	return err;
+}
+
+flow_err_t flow_cuda_copy_to_host(void *dst, const void *src, size_t bytes,
+				  flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	if (bytes > 0)
+		FLOW_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
+			      out);
+out:
+	return err;
+}
+
+flow_err_t flow_cuda_zero(void *dst, size_t bytes, flow_diag_t *diag,
+			  cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	if (bytes > 0)
+		FLOW_CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, stream), out);
+out:
+	return err;
+}
+
+flow_err_t flow_cuda_sync(cudaStream_t stream, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	FLOW_CUDA_TRY(cudaStreamSynchronize(stream), out);
+out:
+	return err;
+}

@@ -1,0 +1,441 @@
+/* Reference kernels (flow/kernels_ref.h): the textbook formula of each op,
+ * one output element at a time, summed in double and rounded to float once.
+ * Nothing here is shared with lib/kernels/cpu/: the point of this file is
+ * to be a second, independent implementation that is easy to read. */
+#include <math.h>
+
+#include <flow/kernels_ref.h>
+
+/* ---- matmul ---------------------------------------------------------------- */
+
+void flow_ref_matmul_forward(float *out, const float *inp, const float *weight,
+			     const float *bias, size_t n, size_t in_dim,
+			     size_t out_dim)
+{
+	for (size_t r = 0; r < n; r++) {
+		for (size_t o = 0; o < out_dim; o++) {
+			double acc = bias ? (double)bias[o] : 0.0;
+			for (size_t i = 0; i < in_dim; i++)
+				acc += (double)inp[r * in_dim + i] *
+				       (double)weight[o * in_dim + i];
+			out[r * out_dim + o] = (float)acc;
+		}
+	}
+}
+
+void flow_ref_matmul_backward(float *dinp, float *dweight, float *dbias,
+			      const float *dout, const float *inp,
+			      const float *weight, size_t n, size_t in_dim,
+			      size_t out_dim)
+{
+	if (dinp) {
+		for (size_t r = 0; r < n; r++) {
+			for (size_t i = 0; i < in_dim; i++) {
+				double acc = 0.0;
+				for (size_t o = 0; o < out_dim; o++)
+					acc += (double)dout[r * out_dim + o] *
+					       (double)weight[o * in_dim + i];
+				dinp[r * in_dim + i] =
+					(float)((double)dinp[r * in_dim + i] +
+						acc);
+			}
+		}
+	}
+	if (dweight) {
+		for (size_t o = 0; o < out_dim; o++) {
+			for (size_t i = 0; i < in_dim; i++) {
+				double acc = 0.0;
+				for (size_t r = 0; r < n; r++)
+					acc += (double)dout[r * out_dim + o] *
+					       (double)inp[r * in_dim + i];
+				dweight[o * in_dim + i] =
+					(float)((double)dweight[o * in_dim + i] +
+						acc);
+			}
+		}
+	}
+	if (dbias) {
+		for (size_t o = 0; o < out_dim; o++) {
+			double acc = 0.0;
+			for (size_t r = 0; r < n; r++)
+				acc += (double)dout[r * out_dim + o];
+			dbias[o] = (float)((double)dbias[o] + acc);
+		}
+	}
+}
+
+/* ---- embedding --------------------------------------------------------------- */
+
+void flow_ref_embedding_forward(float *out, const int32_t *tokens,
+				const float *wte, const float *wpe, size_t B,
+				size_t T, size_t C)
+{
+	for (size_t b = 0; b < B; b++) {
+		for (size_t t = 0; t < T; t++) {
+			size_t v = (size_t)tokens[b * T + t];
+			for (size_t c = 0; c < C; c++)
+				out[(b * T + t) * C + c] =
+					(float)((double)wte[v * C + c] +
+						(double)wpe[t * C + c]);
+		}
+	}
+}
+
+void flow_ref_embedding_backward(float *dwte, float *dwpe, const float *dout,
+				 const int32_t *tokens, size_t B, size_t T,
+				 size_t C)
+{
+	size_t npos = B * T;
+
+	if (dwte) {
+		/* Each distinct token is handled at its first position, where
+		 * all positions holding it are summed in double, so a row of
+		 * dwte receives exactly one rounding however often its token
+		 * occurs. */
+		for (size_t p = 0; p < npos; p++) {
+			bool seen = false;
+			for (size_t q = 0; q < p && !seen; q++)
+				seen = tokens[q] == tokens[p];
+			if (seen)
+				continue;
+			size_t v = (size_t)tokens[p];
+			for (size_t c = 0; c < C; c++) {
+				double acc = 0.0;
+				for (size_t q = p; q < npos; q++)
+					if (tokens[q] == tokens[p])
+						acc += (double)dout[q * C + c];
+				dwte[v * C + c] =
+					(float)((double)dwte[v * C + c] + acc);
+			}
+		}
+	}
+	if (dwpe) {
+		for (size_t t = 0; t < T; t++) {
+			for (size_t c = 0; c < C; c++) {
+				double acc = 0.0;
+				for (size_t b = 0; b < B; b++)
+					acc += (double)dout[(b * T + t) * C + c];
+				dwpe[t * C + c] =
+					(float)((double)dwpe[t * C + c] + acc);
+			}
+		}
+	}
+}
+
+/* ---- layernorm ------------------------------------------------------------------ */
+
+void flow_ref_layernorm_forward(float *out, float *mean, float *rstd,
+				const float *inp, const float *weight,
+				const float *bias, size_t n, size_t C)
+{
+	for (size_t r = 0; r < n; r++) {
+		const float *x = inp + r * C;
+		double mu = 0.0, var = 0.0;
+		for (size_t c = 0; c < C; c++)
+			mu += (double)x[c];
+		mu /= (double)C;
+		for (size_t c = 0; c < C; c++)
+			var += ((double)x[c] - mu) * ((double)x[c] - mu);
+		var /= (double)C;
+		double rs = 1.0 / sqrt(var + (double)FLOW_LAYERNORM_EPS);
+		for (size_t c = 0; c < C; c++)
+			out[r * C + c] = (float)(((double)x[c] - mu) * rs *
+							 (double)weight[c] +
+						 (double)bias[c]);
+		mean[r] = (float)mu;
+		rstd[r] = (float)rs;
+	}
+}
+
+void flow_ref_layernorm_backward(float *dinp, float *dweight, float *dbias,
+				 const float *dout, const float *inp,
+				 const float *weight, const float *mean,
+				 const float *rstd, size_t n, size_t C)
+{
+	if (dinp) {
+		for (size_t r = 0; r < n; r++) {
+			double mu = mean[r], rs = rstd[r];
+			double mean_g = 0.0, mean_gx = 0.0;
+			for (size_t c = 0; c < C; c++) {
+				double xhat = ((double)inp[r * C + c] - mu) * rs;
+				double g = (double)dout[r * C + c] *
+					   (double)weight[c];
+				mean_g += g;
+				mean_gx += g * xhat;
+			}
+			mean_g /= (double)C;
+			mean_gx /= (double)C;
+			for (size_t c = 0; c < C; c++) {
+				double xhat = ((double)inp[r * C + c] - mu) * rs;
+				double g = (double)dout[r * C + c] *
+					   (double)weight[c];
+				double d = rs * (g - mean_g - xhat * mean_gx);
+				dinp[r * C + c] =
+					(float)((double)dinp[r * C + c] + d);
+			}
+		}
+	}
+	for (size_t c = 0; c < C && (dweight || dbias); c++) {
+		double dw = 0.0, db = 0.0;
+		for (size_t r = 0; r < n; r++) {
+			double xhat = ((double)inp[r * C + c] - (double)mean[r]) *
+				      (double)rstd[r];
+			dw += (double)dout[r * C + c] * xhat;
+			db += (double)dout[r * C + c];
+		}
+		if (dweight)
+			dweight[c] = (float)((double)dweight[c] + dw);
+		if (dbias)
+			dbias[c] = (float)((double)dbias[c] + db);
+	}
+}
+
+/* ---- GELU (tanh approximation) ---------------------------------------------------- */
+
+#define REF_GELU_K 0.7978845608028654 /* sqrt(2/pi) */
+#define REF_GELU_A 0.044715
+
+void flow_ref_gelu_forward(float *out, const float *inp, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		double x = inp[i];
+		double u = REF_GELU_K * (x + REF_GELU_A * x * x * x);
+		out[i] = (float)(0.5 * x * (1.0 + tanh(u)));
+	}
+}
+
+void flow_ref_gelu_backward(float *dinp, const float *inp, const float *dout,
+			    size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		double x = inp[i];
+		double u = REF_GELU_K * (x + REF_GELU_A * x * x * x);
+		double th = tanh(u);
+		double du = REF_GELU_K * (1.0 + 3.0 * REF_GELU_A * x * x);
+		double grad = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du;
+		dinp[i] = (float)((double)dinp[i] + grad * (double)dout[i]);
+	}
+}
+
+/* ---- causal self-attention -------------------------------------------------------- */
+
+/* Element d of the q (part 0), k (1) or v (2) vector of head h at (b, t). */
+static double qkv_at(const float *qkv, size_t b, size_t t, size_t part,
+		     size_t h, size_t d, size_t T, size_t C, size_t hs)
+{
+	return (double)qkv[(b * T + t) * 3 * C + part * C + h * hs + d];
+}
+
+void flow_ref_attention_forward(float *out, float *att, const float *qkv,
+				size_t B, size_t T, size_t C, size_t NH)
+{
+	size_t hs = C / NH;
+	double scale = 1.0 / sqrt((double)hs);
+
+	for (size_t b = 0; b < B; b++) {
+		for (size_t h = 0; h < NH; h++) {
+			for (size_t t = 0; t < T; t++) {
+				float *arow = att + ((b * NH + h) * T + t) * T;
+				double mx = -INFINITY, sum = 0.0;
+				/* Scores are recomputed in each pass rather
+				 * than kept: the forward pass has no scratch. */
+				for (size_t s = 0; s <= t; s++) {
+					double sc = 0.0;
+					for (size_t d = 0; d < hs; d++)
+						sc += qkv_at(qkv, b, t, 0, h, d, T, C, hs) *
+						      qkv_at(qkv, b, s, 1, h, d, T, C, hs);
+					mx = fmax(mx, sc * scale);
+				}
+				for (size_t s = 0; s <= t; s++) {
+					double sc = 0.0;
+					for (size_t d = 0; d < hs; d++)
+						sc += qkv_at(qkv, b, t, 0, h, d, T, C, hs) *
+						      qkv_at(qkv, b, s, 1, h, d, T, C, hs);
+					sum += exp(sc * scale - mx);
+				}
+				for (size_t s = 0; s < T; s++) {
+					if (s > t) {
+						arow[s] = 0.0f;
+						continue;
+					}
+					double sc = 0.0;
+					for (size_t d = 0; d < hs; d++)
+						sc += qkv_at(qkv, b, t, 0, h, d, T, C, hs) *
+						      qkv_at(qkv, b, s, 1, h, d, T, C, hs);
+					arow[s] = (float)(exp(sc * scale - mx) / sum);
+				}
+				/* out uses the stored probabilities, as the
+				 * backward pass does. */
+				for (size_t d = 0; d < hs; d++) {
+					double acc = 0.0;
+					for (size_t s = 0; s <= t; s++)
+						acc += (double)arow[s] *
+						       qkv_at(qkv, b, s, 2, h, d, T, C, hs);
+					out[(b * T + t) * C + h * hs + d] = (float)acc;
+				}
+			}
+		}
+	}
+}
+
+size_t flow_ref_attention_scratch_bound(size_t B, size_t T, size_t C,
+					size_t NH)
+{
+	return T * T * sizeof(double);
+}
+
+void flow_ref_attention_backward(float *dqkv, void *scratch, const float *dout,
+				 const float *qkv, const float *att, size_t B,
+				 size_t T, size_t C, size_t NH)
+{
+	size_t hs = C / NH;
+	double scale = 1.0 / sqrt((double)hs);
+	double *dpre = scratch; /* dpre[t*T + s], s <= t, of one head */
+
+	for (size_t b = 0; b < B; b++) {
+		for (size_t h = 0; h < NH; h++) {
+			const float *a = att + (b * NH + h) * T * T;
+			for (size_t t = 0; t < T; t++) {
+				double dot = 0.0;
+				for (size_t s = 0; s <= t; s++) {
+					double datt = 0.0;
+					for (size_t d = 0; d < hs; d++)
+						datt += (double)dout[(b * T + t) * C + h * hs + d] *
+							qkv_at(qkv, b, s, 2, h, d, T, C, hs);
+					dpre[t * T + s] = datt;
+					dot += (double)a[t * T + s] * datt;
+				}
+				for (size_t s = 0; s <= t; s++)
+					dpre[t * T + s] = (double)a[t * T + s] *
+							  (dpre[t * T + s] - dot);
+			}
+			for (size_t t = 0; t < T; t++) {
+				for (size_t d = 0; d < hs; d++) {
+					double dq = 0.0, dk = 0.0, dv = 0.0;
+					/* dq of position t: its row of dpre. */
+					for (size_t s = 0; s <= t; s++)
+						dq += dpre[t * T + s] *
+						      qkv_at(qkv, b, s, 1, h, d, T, C, hs);
+					/* dk, dv of position t (as a key):
+					 * its column, rows u >= t. */
+					for (size_t u = t; u < T; u++) {
+						dk += dpre[u * T + t] *
+						      qkv_at(qkv, b, u, 0, h, d, T, C, hs);
+						dv += (double)a[u * T + t] *
+						      (double)dout[(b * T + u) * C + h * hs + d];
+					}
+					float *g = dqkv + (b * T + t) * 3 * C + h * hs + d;
+					g[0] = (float)((double)g[0] + dq * scale);
+					g[C] = (float)((double)g[C] + dk * scale);
+					g[2 * C] = (float)((double)g[2 * C] + dv);
+				}
+			}
+		}
+	}
+}
+
+/* ---- residual ------------------------------------------------------------------------ */
+
+void flow_ref_residual_forward(float *out, const float *a, const float *b,
+			       size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = (float)((double)a[i] + (double)b[i]);
+}
+
+void flow_ref_residual_backward(float *da, float *db, const float *dout,
+				size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (da)
+			da[i] = (float)((double)da[i] + (double)dout[i]);
+		if (db)
+			db[i] = (float)((double)db[i] + (double)dout[i]);
+	}
+}
+
+/* ---- softmax cross-entropy ---------------------------------------------------------- */
+
+void flow_ref_cross_entropy_forward_backward(float *losses, float *logits,
+					     const int32_t *targets, size_t n,
+					     size_t V, size_t Vp, float dloss)
+{
+	for (size_t r = 0; r < n; r++) {
+		float *row = logits + r * Vp;
+		if (targets[r] < 0) {
+			losses[r] = 0.0f;
+			for (size_t j = 0; j < Vp; j++)
+				row[j] = 0.0f;
+			continue;
+		}
+		size_t tgt = (size_t)targets[r];
+		double mx = -INFINITY, sum = 0.0;
+		for (size_t j = 0; j < V; j++)
+			mx = fmax(mx, (double)row[j]);
+		for (size_t j = 0; j < V; j++)
+			sum += exp((double)row[j] - mx);
+		losses[r] = (float)(mx + log(sum) - (double)row[tgt]);
+		for (size_t j = 0; j < V; j++) {
+			double p = exp((double)row[j] - mx) / sum;
+			row[j] = (float)((double)dloss *
+					 (p - (j == tgt ? 1.0 : 0.0)));
+		}
+		for (size_t j = V; j < Vp; j++)
+			row[j] = 0.0f;
+	}
+}
+
+/* ---- AdamW ---------------------------------------------------------------------------- */
+
+void flow_ref_adamw_update(float *param, const float *grad, float *m,
+			   float *v, size_t n, const flow_adamw_params_t *hp,
+			   uint64_t t, bool decay)
+{
+	double lr = hp->lr, b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps;
+	double bc1 = 1.0 - pow(b1, (double)t);
+	double bc2 = 1.0 - pow(b2, (double)t);
+
+	for (size_t i = 0; i < n; i++) {
+		double p = param[i], g = grad[i];
+		if (decay)
+			p *= 1.0 - lr * (double)hp->weight_decay;
+		double mi = b1 * (double)m[i] + (1.0 - b1) * g;
+		double vi = b2 * (double)v[i] + (1.0 - b2) * g * g;
+		p -= lr / bc1 * mi / (sqrt(vi) / sqrt(bc2) + eps);
+		m[i] = (float)mi;
+		v[i] = (float)vi;
+		param[i] = (float)p;
+	}
+}
+
+/* ---- gradient-norm clipping --------------------------------------------------------- */
+
+double flow_ref_sum_squares(const float *x, size_t n)
+{
+	double acc = 0.0;
+	for (size_t i = 0; i < n; i++)
+		acc += (double)x[i] * (double)x[i];
+	return acc;
+}
+
+void flow_ref_scale(float *x, size_t n, float s)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)((double)x[i] * (double)s);
+}
+
+float flow_ref_clip_grad_norm(float *const *grads, const size_t *counts,
+			      size_t ntensors, float max_norm)
+{
+	double sumsq = 0.0;
+	for (size_t k = 0; k < ntensors; k++)
+		sumsq += flow_ref_sum_squares(grads[k], counts[k]);
+	double norm = sqrt(sumsq);
+	if (max_norm > 0.0f && norm > (double)max_norm) {
+		double s = (double)max_norm / (norm + 1e-6);
+		for (size_t k = 0; k < ntensors; k++)
+			for (size_t i = 0; i < counts[k]; i++)
+				grads[k][i] = (float)((double)grads[k][i] * s);
+	}
+	return (float)norm;
+}

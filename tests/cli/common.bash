@@ -1,0 +1,53 @@
+# Shared helpers for the flow-* command-line tests (bats-core >= 1.5).
+# Load with `load common` from a .bats file in tests/cli/.  The harness
+# (make check) exports top_srcdir and top_builddir and puts
+# $top_builddir/bin first on PATH; run by hand, the defaults below assume the
+# source tree is the build tree.
+
+: "${top_srcdir:=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+export top_srcdir top_builddir
+
+# The last `run --separate-stderr` must have failed with a usage error from
+# program $1: exit 2, nothing on stdout, stderr exactly two lines: the
+# message (which must contain $2) and the hint.
+assert_usage_error() {
+	local prog=$1 message=$2
+	if [ "$status" -ne 2 ]; then
+		echo "expected exit 2, got $status; stderr: $stderr" >&2
+		return 1
+	fi
+	if [ -n "$output" ]; then
+		echo "expected nothing on stdout, got: $output" >&2
+		return 1
+	fi
+	if [ "${#stderr_lines[@]}" -ne 2 ]; then
+		echo "expected 2 lines on stderr, got: $stderr" >&2
+		return 1
+	fi
+	case ${stderr_lines[0]} in
+	"$prog: "*"$message"*) ;;
+	*)
+		echo "expected '$prog: ...$message...', got: ${stderr_lines[0]}" >&2
+		return 1
+		;;
+	esac
+	if [ "${stderr_lines[1]}" != "Try '$prog --help' for more information." ]; then
+		echo "expected the help hint, got: ${stderr_lines[1]}" >&2
+		return 1
+	fi
+}
+
+# The text in $1 must be one valid JSON document.
+assert_json() {
+	if command -v jq >/dev/null 2>&1; then
+		printf '%s\n' "$1" | jq -e . >/dev/null
+	else
+		printf '%s\n' "$1" | /usr/bin/python3 -c 'import json,sys; json.load(sys.stdin)'
+	fi
+}
+
+# Print the TSV rows (no '#' lines, no header) of the output in $1.
+tsv_rows() {
+	printf '%s\n' "$1" | grep -v '^#' | tail -n +2
+}

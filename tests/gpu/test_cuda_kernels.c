@@ -1,0 +1,786 @@
+/* test_cuda_kernels: run every CUDA kernel (flow/kernels_cuda.h) and its CPU
+ * reference (flow/kernels.h) on the same random inputs and compare.
+ *
+ * Output (stdout): a '#' preamble naming the device, then one TSV row per
+ * kernel:
+ *
+ *   kernel  pass  max_abs_err  max_rel_err  wrong  time_us
+ *
+ * An element is wrong when |gpu - cpu| > atol + rtol * |cpu| (STYLE.md item
+ * 20).  max_rel_err is the largest |gpu - cpu| / |cpu| over elements with
+ * cpu != 0 (informative only: tiny references within atol can have large
+ * relative errors).  time_us is the mean GPU time of one call, cudaEvent
+ * timed over TIME_ITERS calls after the checked call.  '#' lines after the
+ * table give flow_cuda_matmul_forward's GFLOP/s against a raw cublasSgemm of
+ * the same shape, and a PASS/FAIL footer.  Mismatches are itemised on stderr.
+ *
+ * Exit status: 0 all kernels agree; 1 a wrong element or a CUDA error; 77
+ * (automake's "skipped") when this machine has no CUDA driver or device.
+ *
+ * Tolerances (inputs U(-1,1) unless noted).  Where the GPU and CPU do the
+ * same float operations in the same order the tolerance is 0 or a few ulp;
+ * where the order of a sum differs (GEMMs, reductions) it is about ten times
+ * the expected rounding difference, still far below what any indexing or
+ * formula error produces (errors of order 1):
+ * - residual fwd/bwd, embedding fwd, scale: one float operation per
+ *   element, identical on both sides: atol 0, rtol 0.
+ * - embedding bwd: the same sequential per-token order on both sides
+ *   (equal in practice); atol 1e-6, rtol 1e-6.
+ * - matmul: cuBLAS and OpenBLAS sum K <= 1024 products in different orders;
+ *   expected difference ~sqrt(K) * eps * |partial sums| ~ 1e-5:
+ *   atol 1e-4, rtol 1e-4 (out, dinp, dweight, dbias).
+ * - layernorm: double statistics on both sides, float element-wise steps
+ *   in the same order: atol 1e-5, rtol 1e-5 (out, mean, rstd, dinp);
+ *   dweight/dbias double sums over rows: atol 1e-5, rtol 1e-5.
+ * - gelu (inputs U(-4,4)): tanhf differs by <= 2 ulp and nvcc contracts
+ *   into FMAs: atol 1e-6, rtol 1e-5.
+ * - attention: cuBLAS dot products vs the CPU's simd dot products of
+ *   hs = 64 terms, softmax in float: att atol 1e-6 rtol 1e-4; out atol 1e-5
+ *   rtol 1e-4; dqkv (sums over T of products) atol 5e-5 rtol 1e-3.
+ * - cross-entropy (logits U(-4,4), V = 50257 of Vp = 50304, a quarter of
+ *   the targets negative): both sum exp in double; expf differs by <= 2 ulp:
+ *   losses atol 1e-5 rtol 1e-5, dlogits atol 1e-9 rtol 1e-4 (the padding
+ *   and ignored rows must be 0 within 1e-9).
+ * - adamw: the same float operations in the same order (IEEE sqrt and
+ *   division on both sides): atol 1e-7, rtol 1e-6 (param, m, v).
+ * - sum_squares: squares and sums in double, different order: rtol 1e-9;
+ *   clip_grad_norm: norm rtol 1e-6, clipped gradients atol 1e-7 rtol 1e-6.
+ */
+#include <config.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <flow/error.h>
+#include <flow/kernels.h>
+#include <flow/kernels_cuda.h>
+#include <flow/mem.h>
+#include <flow/rng.h>
+
+#define PROG "test_cuda_kernels"
+#define SEED 20240601u
+#define TIME_ITERS 20
+#define MAX_ALLOCS 64
+#define MAX_REPORTED 5 /* mismatches itemised per output */
+
+static cudaStream_t g_stream;
+static cudaEvent_t g_ev0, g_ev1;
+static flow_diag_t g_diag = FLOW_DIAG_INIT;
+static uint64_t g_rng_stream; /* a fresh Philox stream per tensor */
+static int g_failed_kernels;
+static int g_kernels;
+
+/* Device and host allocations of the current test, freed by free_all(). */
+static void *g_dev[MAX_ALLOCS];
+static int g_ndev;
+static void *g_host[MAX_ALLOCS];
+static int g_nhost;
+
+static void die(const char *what)
+{
+	fflush(stdout);
+	fprintf(stderr, PROG ": %s failed: %s\n", what,
+		flow_diag_message(&g_diag));
+	exit(1);
+}
+
+/* A flow_cuda_* call: any error ends the program with the diagnostic. */
+#define CU(call)                                                            \
+	do {                                                                \
+		if ((call) != FLOW_OK)                                      \
+			die(#call);                                         \
+	} while (0)
+
+/* A raw CUDA runtime call. */
+#define RT(call)                                                            \
+	do {                                                                \
+		cudaError_t rt_e_ = (call);                                 \
+		if (rt_e_ != cudaSuccess) {                                 \
+			fflush(stdout);                                     \
+			fprintf(stderr, PROG ": %s failed: %s: %s\n", #call, \
+				cudaGetErrorName(rt_e_),                    \
+				cudaGetErrorString(rt_e_));                 \
+			exit(1);                                            \
+		}                                                           \
+	} while (0)
+
+/* Mean GPU microseconds per call of `call`, over TIME_ITERS calls. */
+#define TIME_US(out_us, call)                                               \
+	do {                                                                \
+		float ms_ = 0.0f;                                           \
+		RT(cudaEventRecord(g_ev0, g_stream));                       \
+		for (int it_ = 0; it_ < TIME_ITERS; it_++)                  \
+			CU(call);                                           \
+		RT(cudaEventRecord(g_ev1, g_stream));                       \
+		RT(cudaEventSynchronize(g_ev1));                            \
+		RT(cudaEventElapsedTime(&ms_, g_ev0, g_ev1));               \
+		(out_us) = 1000.0 * (double)ms_ / TIME_ITERS;               \
+	} while (0)
+
+static void *host_alloc(size_t bytes)
+{
+	void *p = flow_alloc(bytes);
+	if (!p || g_nhost == MAX_ALLOCS) {
+		fprintf(stderr, PROG ": out of host memory (%zu bytes)\n", bytes);
+		exit(1);
+	}
+	g_host[g_nhost++] = p;
+	return p;
+}
+
+static void *dev_alloc(size_t bytes)
+{
+	void *p = NULL;
+	if (g_ndev == MAX_ALLOCS) {
+		fprintf(stderr, PROG ": too many device allocations\n");
+		exit(1);
+	}
+	CU(flow_cuda_malloc(&p, bytes, &g_diag));
+	g_dev[g_ndev++] = p;
+	return p;
+}
+
+static void free_all(void)
+{
+	for (int i = 0; i < g_ndev; i++)
+		flow_cuda_free(g_dev[i]);
+	g_ndev = 0;
+	for (int i = 0; i < g_nhost; i++)
+		flow_free(g_host[i]);
+	g_nhost = 0;
+}
+
+/* n floats, uniform in [lo, hi), from a stream no other tensor uses. */
+static float *host_rand(size_t n, float lo, float hi)
+{
+	float *p = host_alloc(n * sizeof(float));
+	flow_rng_fill_uniform(p, n, SEED, ++g_rng_stream, 0, lo, hi);
+	return p;
+}
+
+static float *host_copy(const float *src, size_t n)
+{
+	float *p = host_alloc(n * sizeof(float));
+	memcpy(p, src, n * sizeof(float));
+	return p;
+}
+
+/* n int32 in [0, hi); when neg_every > 0, every neg_every-th is -1. */
+static int32_t *host_tokens(size_t n, int32_t hi, size_t neg_every)
+{
+	int32_t *p = host_alloc(n * sizeof(int32_t));
+	float *u = host_rand(n, 0.0f, 1.0f);
+	for (size_t i = 0; i < n; i++) {
+		int32_t t = (int32_t)(u[i] * (float)hi);
+		p[i] = t >= hi ? hi - 1 : t;
+		if (neg_every > 0 && i % neg_every == neg_every - 1)
+			p[i] = -1;
+	}
+	return p;
+}
+
+static void *dev_from(const void *src, size_t bytes)
+{
+	void *p = dev_alloc(bytes);
+	CU(flow_cuda_copy_to_device(p, src, bytes, &g_diag));
+	return p;
+}
+
+static float *dev_floats(const float *src, size_t n)
+{
+	return dev_from(src, n * sizeof(float));
+}
+
+/* ---- comparison ----------------------------------------------------------- */
+
+typedef struct check {
+	const char *kernel;
+	double max_abs, max_rel;
+	size_t wrong;
+} check_t;
+
+static void check_init(check_t *c, const char *kernel)
+{
+	c->kernel = kernel;
+	c->max_abs = 0.0;
+	c->max_rel = 0.0;
+	c->wrong = 0;
+}
+
+/* One element: got against the CPU reference ref. */
+static void check_value(check_t *c, const char *what, size_t i, double ref,
+			double got, double atol, double rtol)
+{
+	double diff = fabs(got - ref);
+	bool bad = !(diff <= atol + rtol * fabs(ref)); /* NaN is wrong */
+	if (isnan(diff))
+		diff = INFINITY;
+	if (diff > c->max_abs)
+		c->max_abs = diff;
+	if (ref != 0.0 && diff / fabs(ref) > c->max_rel)
+		c->max_rel = diff / fabs(ref);
+	if (bad) {
+		if (c->wrong < MAX_REPORTED)
+			fprintf(stderr,
+				PROG ": %s: %s[%zu]: gpu %.9g, cpu %.9g, "
+				     "|diff| %.3g > %.3g\n",
+				c->kernel, what, i, got, ref, diff,
+				atol + rtol * fabs(ref));
+		c->wrong++;
+	}
+}
+
+/* Copy n floats of device output back and compare with ref. */
+static void check_floats(check_t *c, const char *what, const float *ref,
+			 const float *dev, size_t n, double atol, double rtol)
+{
+	float *got = flow_alloc(n * sizeof(float));
+	if (!got) {
+		fprintf(stderr, PROG ": out of host memory\n");
+		exit(1);
+	}
+	CU(flow_cuda_sync(g_stream, &g_diag));
+	CU(flow_cuda_copy_to_host(got, dev, n * sizeof(float), &g_diag));
+	for (size_t i = 0; i < n; i++)
+		check_value(c, what, i, ref[i], got[i], atol, rtol);
+	flow_free(got);
+}
+
+static void report(const check_t *c, double time_us)
+{
+	bool pass = c->wrong == 0;
+	g_kernels++;
+	if (!pass)
+		g_failed_kernels++;
+	printf("%s\t%s\t%.3e\t%.3e\t%zu\t%.2f\n", c->kernel,
+	       pass ? "yes" : "no", c->max_abs, c->max_rel, c->wrong, time_us);
+	fflush(stdout);
+}
+
+/* ---- the kernels --------------------------------------------------------- */
+
+/* GPT-2 small shapes, cut to a batch the CPU reference checks in seconds. */
+#define TB 4
+#define TT 256
+#define TC 768
+#define TNH 12
+#define TVOCAB 1000 /* embedding vocabulary: tokens repeat */
+#define TN (TB * TT)
+
+static void test_matmul(bool with_bias)
+{
+	const size_t n = TN, in = TC, out = 3 * TC;
+	check_t c;
+	double us = 0.0;
+	float *inp = host_rand(n * in, -1.0f, 1.0f);
+	float *w = host_rand(out * in, -1.0f, 1.0f);
+	float *b = host_rand(out, -1.0f, 1.0f);
+	float *ref = host_alloc(n * out * sizeof(float));
+	float *d_inp = dev_floats(inp, n * in);
+	float *d_w = dev_floats(w, out * in);
+	float *d_b = with_bias ? dev_floats(b, out) : NULL;
+	float *d_out = dev_alloc(n * out * sizeof(float));
+
+	check_init(&c, with_bias ? "matmul_forward" : "matmul_forward_nobias");
+	flow_cpu_matmul_forward(ref, inp, w, with_bias ? b : NULL, n, in, out);
+	CU(flow_cuda_matmul_forward(d_out, d_inp, d_w, d_b, n, in, out,
+				    &g_diag, g_stream));
+	check_floats(&c, "out", ref, d_out, n * out, 1e-4, 1e-4);
+	TIME_US(us, flow_cuda_matmul_forward(d_out, d_inp, d_w, d_b, n, in,
+					     out, &g_diag, g_stream));
+	report(&c, us);
+	free_all();
+}
+
+static void test_matmul_backward(void)
+{
+	const size_t n = TN, in = TC, out = 3 * TC;
+	check_t c;
+	double us = 0.0;
+	float *inp = host_rand(n * in, -1.0f, 1.0f);
+	float *w = host_rand(out * in, -1.0f, 1.0f);
+	float *dout = host_rand(n * out, -1.0f, 1.0f);
+	/* Non-zero starting gradients check that backward accumulates. */
+	float *dinp = host_rand(n * in, -1.0f, 1.0f);
+	float *dw = host_rand(out * in, -1.0f, 1.0f);
+	float *db = host_rand(out, -1.0f, 1.0f);
+	float *d_inp = dev_floats(inp, n * in);
+	float *d_w = dev_floats(w, out * in);
+	float *d_dout = dev_floats(dout, n * out);
+	float *d_dinp = dev_floats(dinp, n * in);
+	float *d_dw = dev_floats(dw, out * in);
+	float *d_db = dev_floats(db, out);
+
+	check_init(&c, "matmul_backward");
+	flow_cpu_matmul_backward(dinp, dw, db, dout, inp, w, n, in, out);
+	CU(flow_cuda_matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, n,
+				     in, out, &g_diag, g_stream));
+	check_floats(&c, "dinp", dinp, d_dinp, n * in, 1e-4, 1e-4);
+	check_floats(&c, "dweight", dw, d_dw, out * in, 1e-4, 1e-4);
+	check_floats(&c, "dbias", db, d_db, out, 1e-4, 1e-4);
+	TIME_US(us, flow_cuda_matmul_backward(d_dinp, d_dw, d_db, d_dout,
+					      d_inp, d_w, n, in, out, &g_diag,
+					      g_stream));
+	report(&c, us);
+	free_all();
+}
+
+static void test_embedding(void)
+{
+	const size_t B = TB, T = TT, C = TC;
+	check_t c;
+	double us = 0.0;
+	int32_t *tok = host_tokens(B * T, TVOCAB, 0);
+	float *wte = host_rand((size_t)TVOCAB * C, -1.0f, 1.0f);
+	float *wpe = host_rand(T * C, -1.0f, 1.0f);
+	float *ref = host_alloc(B * T * C * sizeof(float));
+	float *dout = host_rand(B * T * C, -1.0f, 1.0f);
+	float *dwte = host_rand((size_t)TVOCAB * C, -1.0f, 1.0f);
+	float *dwpe = host_rand(T * C, -1.0f, 1.0f);
+	int32_t *d_tok = dev_from(tok, B * T * sizeof(int32_t));
+	float *d_wte = dev_floats(wte, (size_t)TVOCAB * C);
+	float *d_wpe = dev_floats(wpe, T * C);
+	float *d_out = dev_alloc(B * T * C * sizeof(float));
+	float *d_dout = dev_floats(dout, B * T * C);
+	float *d_dwte = dev_floats(dwte, (size_t)TVOCAB * C);
+	float *d_dwpe = dev_floats(dwpe, T * C);
+
+	check_init(&c, "embedding_forward");
+	flow_cpu_embedding_forward(ref, tok, wte, wpe, B, T, C);
+	CU(flow_cuda_embedding_forward(d_out, d_tok, d_wte, d_wpe, B, T, C,
+				       &g_diag, g_stream));
+	check_floats(&c, "out", ref, d_out, B * T * C, 0.0, 0.0);
+	TIME_US(us, flow_cuda_embedding_forward(d_out, d_tok, d_wte, d_wpe, B,
+						T, C, &g_diag, g_stream));
+	report(&c, us);
+
+	check_init(&c, "embedding_backward");
+	flow_cpu_embedding_backward(dwte, dwpe, dout, tok, B, T, C);
+	CU(flow_cuda_embedding_backward(d_dwte, d_dwpe, d_dout, d_tok, B, T, C,
+					&g_diag, g_stream));
+	check_floats(&c, "dwte", dwte, d_dwte, (size_t)TVOCAB * C, 1e-6, 1e-6);
+	check_floats(&c, "dwpe", dwpe, d_dwpe, T * C, 1e-6, 1e-6);
+	TIME_US(us, flow_cuda_embedding_backward(d_dwte, d_dwpe, d_dout, d_tok,
+						 B, T, C, &g_diag, g_stream));
+	report(&c, us);
+	free_all();
+}
+
+static void test_layernorm(void)
+{
+	const size_t n = TN, C = TC;
+	check_t c;
+	double us = 0.0;
+	/* An offset mean, as a residual stream has. */
+	float *inp = host_rand(n * C, 2.0f, 4.0f);
+	float *w = host_rand(C, 0.5f, 1.5f);
+	float *b = host_rand(C, -1.0f, 1.0f);
+	float *out = host_alloc(n * C * sizeof(float));
+	float *mean = host_alloc(n * sizeof(float));
+	float *rstd = host_alloc(n * sizeof(float));
+	float *dout = host_rand(n * C, -1.0f, 1.0f);
+	float *dinp = host_rand(n * C, -1.0f, 1.0f);
+	float *dw = host_rand(C, -1.0f, 1.0f);
+	float *db = host_rand(C, -1.0f, 1.0f);
+	float *d_inp = dev_floats(inp, n * C);
+	float *d_w = dev_floats(w, C);
+	float *d_b = dev_floats(b, C);
+	float *d_out = dev_alloc(n * C * sizeof(float));
+	float *d_mean = dev_alloc(n * sizeof(float));
+	float *d_rstd = dev_alloc(n * sizeof(float));
+	float *d_dout = dev_floats(dout, n * C);
+	float *d_dinp = dev_floats(dinp, n * C);
+	float *d_dw = dev_floats(dw, C);
+	float *d_db = dev_floats(db, C);
+	float *d_mean_cpu = NULL, *d_rstd_cpu = NULL;
+
+	check_init(&c, "layernorm_forward");
+	flow_cpu_layernorm_forward(out, mean, rstd, inp, w, b, n, C);
+	CU(flow_cuda_layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b,
+				       n, C, &g_diag, g_stream));
+	check_floats(&c, "out", out, d_out, n * C, 1e-5, 1e-5);
+	check_floats(&c, "mean", mean, d_mean, n, 1e-5, 1e-5);
+	check_floats(&c, "rstd", rstd, d_rstd, n, 1e-5, 1e-5);
+	TIME_US(us, flow_cuda_layernorm_forward(d_out, d_mean, d_rstd, d_inp,
+						d_w, d_b, n, C, &g_diag,
+						g_stream));
+	report(&c, us);
+
+	/* Backward from the CPU's saved statistics on both sides, so the
+	 * comparison isolates the backward kernel. */
+	check_init(&c, "layernorm_backward");
+	d_mean_cpu = dev_floats(mean, n);
+	d_rstd_cpu = dev_floats(rstd, n);
+	flow_cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, n,
+				    C);
+	CU(flow_cuda_layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w,
+					d_mean_cpu, d_rstd_cpu, n, C, &g_diag,
+					g_stream));
+	check_floats(&c, "dinp", dinp, d_dinp, n * C, 1e-5, 1e-5);
+	check_floats(&c, "dweight", dw, d_dw, C, 1e-5, 1e-5);
+	check_floats(&c, "dbias", db, d_db, C, 1e-5, 1e-5);
+	TIME_US(us, flow_cuda_layernorm_backward(d_dinp, d_dw, d_db, d_dout,
+						 d_inp, d_w, d_mean_cpu,
+						 d_rstd_cpu, n, C, &g_diag,
+						 g_stream));
+	report(&c, us);
+	free_all();
+}
+
+static void test_gelu(void)
+{
+	const size_t n = (size_t)TN * 4 * TC;
+	check_t c;
+	double us = 0.0;
+	float *inp = host_rand(n, -4.0f, 4.0f);
+	float *out = host_alloc(n * sizeof(float));
+	float *dout = host_rand(n, -1.0f, 1.0f);
+	float *dinp = host_rand(n, -1.0f, 1.0f);
+	float *d_inp = dev_floats(inp, n);
+	float *d_out = dev_alloc(n * sizeof(float));
+	float *d_dout = dev_floats(dout, n);
+	float *d_dinp = dev_floats(dinp, n);
+
+	check_init(&c, "gelu_forward");
+	flow_cpu_gelu_forward(out, inp, n);
+	CU(flow_cuda_gelu_forward(d_out, d_inp, n, &g_diag, g_stream));
+	check_floats(&c, "out", out, d_out, n, 1e-6, 1e-5);
+	TIME_US(us, flow_cuda_gelu_forward(d_out, d_inp, n, &g_diag, g_stream));
+	report(&c, us);
+
+	check_init(&c, "gelu_backward");
+	flow_cpu_gelu_backward(dinp, inp, dout, n);
+	CU(flow_cuda_gelu_backward(d_dinp, d_inp, d_dout, n, &g_diag,
+				   g_stream));
+	check_floats(&c, "dinp", dinp, d_dinp, n, 1e-6, 1e-5);
+	TIME_US(us, flow_cuda_gelu_backward(d_dinp, d_inp, d_dout, n, &g_diag,
+					    g_stream));
+	report(&c, us);
+	free_all();
+}
+
+static void test_attention(void)
+{
+	const size_t B = TB, T = TT, C = TC, NH = TNH;
+	const size_t nqkv = B * T * 3 * C, nout = B * T * C;
+	const size_t natt = B * NH * T * T;
+	check_t c;
+	double us = 0.0;
+	float *qkv = host_rand(nqkv, -1.0f, 1.0f);
+	float *out = host_alloc(nout * sizeof(float));
+	float *att = host_alloc(natt * sizeof(float));
+	float *dout = host_rand(nout, -1.0f, 1.0f);
+	float *dqkv = host_rand(nqkv, -1.0f, 1.0f);
+	void *scratch = host_alloc(flow_cpu_attention_scratch_bound(B, T, C,
+								    NH));
+	float *d_qkv = dev_floats(qkv, nqkv);
+	float *d_out = dev_alloc(nout * sizeof(float));
+	float *d_att = dev_alloc(natt * sizeof(float));
+	float *d_dout = dev_floats(dout, nout);
+	float *d_dqkv = dev_floats(dqkv, nqkv);
+	void *d_scratch = dev_alloc(flow_cuda_attention_scratch_bound(B, T, C,
+								      NH));
+	float *d_att_cpu = NULL;
+
+	check_init(&c, "attention_forward");
+	flow_cpu_attention_forward(out, att, qkv, B, T, C, NH);
+	CU(flow_cuda_attention_forward(d_out, d_att, d_qkv, B, T, C, NH,
+				       &g_diag, g_stream));
+	check_floats(&c, "att", att, d_att, natt, 1e-6, 1e-4);
+	check_floats(&c, "out", out, d_out, nout, 1e-5, 1e-4);
+	TIME_US(us, flow_cuda_attention_forward(d_out, d_att, d_qkv, B, T, C,
+						NH, &g_diag, g_stream));
+	report(&c, us);
+
+	/* Backward from the CPU's probabilities on both sides. */
+	check_init(&c, "attention_backward");
+	d_att_cpu = dev_floats(att, natt);
+	flow_cpu_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+	CU(flow_cuda_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv,
+					d_att_cpu, B, T, C, NH, &g_diag,
+					g_stream));
+	check_floats(&c, "dqkv", dqkv, d_dqkv, nqkv, 5e-5, 1e-3);
+	TIME_US(us, flow_cuda_attention_backward(d_dqkv, d_scratch, d_dout,
+						 d_qkv, d_att_cpu, B, T, C, NH,
+						 &g_diag, g_stream));
+	report(&c, us);
+	free_all();
+}
+
+static void test_residual(void)
+{
+	const size_t n = (size_t)TN * TC;
+	check_t c;
+	double us = 0.0;
+	float *a = host_rand(n, -1.0f, 1.0f);
+	float *b = host_rand(n, -1.0f, 1.0f);
+	float *out = host_alloc(n * sizeof(float));
+	float *dout = host_rand(n, -1.0f, 1.0f);
+	float *da = host_rand(n, -1.0f, 1.0f);
+	float *db = host_rand(n, -1.0f, 1.0f);
+	float *d_a = dev_floats(a, n);
+	float *d_b = dev_floats(b, n);
+	float *d_out = dev_alloc(n * sizeof(float));
+	float *d_dout = dev_floats(dout, n);
+	float *d_da = dev_floats(da, n);
+	float *d_db = dev_floats(db, n);
+
+	check_init(&c, "residual_forward");
+	flow_cpu_residual_forward(out, a, b, n);
+	CU(flow_cuda_residual_forward(d_out, d_a, d_b, n, &g_diag, g_stream));
+	check_floats(&c, "out", out, d_out, n, 0.0, 0.0);
+	TIME_US(us, flow_cuda_residual_forward(d_out, d_a, d_b, n, &g_diag,
+					       g_stream));
+	report(&c, us);
+
+	check_init(&c, "residual_backward");
+	flow_cpu_residual_backward(da, db, dout, n);
+	CU(flow_cuda_residual_backward(d_da, d_db, d_dout, n, &g_diag,
+				       g_stream));
+	check_floats(&c, "da", da, d_da, n, 0.0, 0.0);
+	check_floats(&c, "db", db, d_db, n, 0.0, 0.0);
+	TIME_US(us, flow_cuda_residual_backward(d_da, d_db, d_dout, n, &g_diag,
+						g_stream));
+	report(&c, us);
+	free_all();
+}
+
+static void test_cross_entropy(void)
+{
+	const size_t n = TN / 4, V = 50257, Vp = 50304;
+	const float dloss = 1.0f / (float)(TN / 4);
+	check_t c;
+	double us = 0.0;
+	float *logits = host_rand(n * Vp, -4.0f, 4.0f);
+	float *d_logits = dev_floats(logits, n * Vp); /* before the CPU's
+						       * in-place update */
+	int32_t *tgt = host_tokens(n, (int32_t)V, 4);
+	float *losses = host_alloc(n * sizeof(float));
+	int32_t *d_tgt = dev_from(tgt, n * sizeof(int32_t));
+	float *d_losses = dev_alloc(n * sizeof(float));
+
+	check_init(&c, "cross_entropy_forward_backward");
+	flow_cpu_cross_entropy_forward_backward(losses, logits, tgt, n, V, Vp,
+						dloss);
+	CU(flow_cuda_cross_entropy_forward_backward(d_losses, d_logits, d_tgt,
+						    n, V, Vp, dloss, &g_diag,
+						    g_stream));
+	check_floats(&c, "losses", losses, d_losses, n, 1e-5, 1e-5);
+	check_floats(&c, "dlogits", logits, d_logits, n * Vp, 1e-9, 1e-4);
+	TIME_US(us, flow_cuda_cross_entropy_forward_backward(
+			    d_losses, d_logits, d_tgt, n, V, Vp, dloss,
+			    &g_diag, g_stream));
+	report(&c, us);
+	free_all();
+}
+
+static void test_adamw(bool decay, uint64_t t)
+{
+	const size_t n = (size_t)1 << 20;
+	const flow_adamw_params_t hp = { .lr = 6e-4f, .beta1 = 0.9f,
+					 .beta2 = 0.95f, .eps = 1e-8f,
+					 .weight_decay = 0.1f };
+	check_t c;
+	double us = 0.0;
+	float *p = host_rand(n, -1.0f, 1.0f);
+	float *g = host_rand(n, -1.0f, 1.0f);
+	/* t == 1 starts from zero moments; a later step from warm ones. */
+	float *m = host_rand(n, t == 1 ? 0.0f : -0.1f, t == 1 ? 0.0f : 0.1f);
+	float *v = host_rand(n, 0.0f, t == 1 ? 0.0f : 0.01f);
+	float *d_p = dev_floats(p, n);
+	float *d_g = dev_floats(g, n);
+	float *d_m = dev_floats(m, n);
+	float *d_v = dev_floats(v, n);
+
+	check_init(&c, decay ? "adamw_update_decay_t1" : "adamw_update_t10");
+	flow_cpu_adamw_update(p, g, m, v, n, &hp, t, decay);
+	CU(flow_cuda_adamw_update(d_p, d_g, d_m, d_v, n, &hp, t, decay,
+				  &g_diag, g_stream));
+	check_floats(&c, "param", p, d_p, n, 1e-7, 1e-6);
+	check_floats(&c, "m", m, d_m, n, 1e-7, 1e-6);
+	check_floats(&c, "v", v, d_v, n, 1e-7, 1e-6);
+	TIME_US(us, flow_cuda_adamw_update(d_p, d_g, d_m, d_v, n, &hp, t,
+					   decay, &g_diag, g_stream));
+	report(&c, us);
+	free_all();
+}
+
+static void test_grad_norm(void)
+{
+	/* Sizes that exercise one partial block, many, and the block cap. */
+	static const size_t counts[] = { 7, 50000, (size_t)3 << 20, 1000 };
+	enum { NT = sizeof(counts) / sizeof(counts[0]) };
+	float *grads[NT], *d_grads[NT];
+	check_t c;
+	double us = 0.0, ref_ss = 0.0, got_ss = 0.0;
+	float ref_norm = 0.0f, got_norm = 0.0f;
+	double *d_ss = dev_alloc(sizeof(double));
+
+	for (int i = 0; i < NT; i++) {
+		grads[i] = host_rand(counts[i], -1.0f, 1.0f);
+		d_grads[i] = dev_floats(grads[i], counts[i]);
+	}
+
+	check_init(&c, "sum_squares");
+	ref_ss = flow_cpu_sum_squares(grads[2], counts[2]);
+	CU(flow_cuda_sum_squares(d_grads[2], counts[2], d_ss, &g_diag,
+				 g_stream));
+	CU(flow_cuda_sync(g_stream, &g_diag));
+	CU(flow_cuda_copy_to_host(&got_ss, d_ss, sizeof(double), &g_diag));
+	check_value(&c, "sum", 0, ref_ss, got_ss, 0.0, 1e-9);
+	TIME_US(us, flow_cuda_sum_squares(d_grads[2], counts[2], d_ss, &g_diag,
+					  g_stream));
+	report(&c, us);
+
+	check_init(&c, "scale");
+	flow_cpu_scale(grads[1], counts[1], 0.37f);
+	CU(flow_cuda_scale(d_grads[1], counts[1], 0.37f, &g_diag, g_stream));
+	check_floats(&c, "x", grads[1], d_grads[1], counts[1], 0.0, 0.0);
+	TIME_US(us, flow_cuda_scale(d_grads[1], counts[1], 1.0f, &g_diag,
+				    g_stream));
+	report(&c, us);
+
+	/* The norm is ~1000, so max_norm 1 clips. */
+	check_init(&c, "clip_grad_norm");
+	ref_norm = flow_cpu_clip_grad_norm(grads, counts, NT, 1.0f);
+	CU(flow_cuda_clip_grad_norm(d_grads, counts, NT, 1.0f, &got_norm,
+				    &g_diag, g_stream));
+	check_value(&c, "norm", 0, ref_norm, got_norm, 0.0, 1e-6);
+	for (int i = 0; i < NT; i++)
+		check_floats(&c, "grad", grads[i], d_grads[i], counts[i], 1e-7,
+			     1e-6);
+	/* Now the norm is ~1: max_norm 1e6 must leave gradients untouched. */
+	ref_norm = flow_cpu_clip_grad_norm(grads, counts, NT, 1e6f);
+	CU(flow_cuda_clip_grad_norm(d_grads, counts, NT, 1e6f, &got_norm,
+				    &g_diag, g_stream));
+	check_value(&c, "norm_noclip", 0, ref_norm, got_norm, 0.0, 1e-6);
+	for (int i = 0; i < NT; i++)
+		check_floats(&c, "grad_noclip", grads[i], d_grads[i],
+			     counts[i], 1e-7, 1e-6);
+	TIME_US(us, flow_cuda_clip_grad_norm(d_grads, counts, NT, 1e6f, NULL,
+					     &g_diag, g_stream));
+	report(&c, us);
+	free_all();
+}
+
+/* flow_cuda_matmul_forward against a bare cublasSgemm (no bias) on a GPT-2
+ * MLP shape: GFLOP/s = 2 n in out / time. */
+static void bench_matmul(void)
+{
+	const size_t n = 8192, in = 768, out = 3072;
+	const double flop = 2.0 * (double)n * (double)in * (double)out;
+	const float one = 1.0f, zero = 0.0f;
+	double us_flow = 0.0, us_blas = 0.0;
+	float ms = 0.0f;
+	cublasHandle_t h = NULL;
+	cublasStatus_t s;
+	float *inp = host_rand(n * in, -1.0f, 1.0f);
+	float *w = host_rand(out * in, -1.0f, 1.0f);
+	float *b = host_rand(out, -1.0f, 1.0f);
+	float *d_inp = dev_floats(inp, n * in);
+	float *d_w = dev_floats(w, out * in);
+	float *d_b = dev_floats(b, out);
+	float *d_out = dev_alloc(n * out * sizeof(float));
+
+	s = cublasCreate(&h);
+	if (s == CUBLAS_STATUS_SUCCESS)
+		s = cublasSetStream(h, g_stream);
+	if (s != CUBLAS_STATUS_SUCCESS) {
+		fprintf(stderr, PROG ": cublas setup failed: %s\n",
+			cublasGetStatusString(s));
+		exit(1);
+	}
+	/* Warm-up of both paths. */
+	CU(flow_cuda_matmul_forward(d_out, d_inp, d_w, d_b, n, in, out,
+				    &g_diag, g_stream));
+	s = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in,
+			&one, d_w, (int)in, d_inp, (int)in, &zero, d_out,
+			(int)out);
+	TIME_US(us_flow, flow_cuda_matmul_forward(d_out, d_inp, d_w, d_b, n,
+						  in, out, &g_diag, g_stream));
+	RT(cudaEventRecord(g_ev0, g_stream));
+	for (int it = 0; it < TIME_ITERS && s == CUBLAS_STATUS_SUCCESS; it++)
+		s = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n,
+				(int)in, &one, d_w, (int)in, d_inp, (int)in,
+				&zero, d_out, (int)out);
+	RT(cudaEventRecord(g_ev1, g_stream));
+	RT(cudaEventSynchronize(g_ev1));
+	RT(cudaEventElapsedTime(&ms, g_ev0, g_ev1));
+	if (s != CUBLAS_STATUS_SUCCESS) {
+		fprintf(stderr, PROG ": cublasSgemm failed: %s\n",
+			cublasGetStatusString(s));
+		exit(1);
+	}
+	us_blas = 1000.0 * (double)ms / TIME_ITERS;
+	printf("# matmul_forward n=%zu in=%zu out=%zu: flow %.1f GFLOP/s "
+	       "(%.1f us, with bias), cublasSgemm %.1f GFLOP/s (%.1f us), "
+	       "ratio %.3f\n",
+	       n, in, out, flop / (us_flow * 1e3), us_flow,
+	       flop / (us_blas * 1e3), us_blas, us_blas / us_flow);
+	cublasDestroy(h);
+	free_all();
+}
+
+int main(void)
+{
+	int ndev = 0;
+	flow_cuda_device_info_t info;
+	flow_err_t err = flow_cuda_device_count(&ndev, &g_diag);
+
+	if (err == FLOW_ERR_NOTSUP || (err == FLOW_OK && ndev == 0)) {
+		fprintf(stderr, PROG ": skipped: %s\n",
+			err == FLOW_OK ? "no CUDA device found"
+				       : flow_diag_message(&g_diag));
+		return 77;
+	}
+	if (err != FLOW_OK)
+		die("flow_cuda_device_count");
+	CU(flow_cuda_set_device(0, &g_diag));
+	CU(flow_cuda_device_info(0, &info, &g_diag));
+	RT(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+	RT(cudaEventCreate(&g_ev0));
+	RT(cudaEventCreate(&g_ev1));
+
+	printf("# device 0: %s, compute capability %d.%d, %d SMs, %.1f GiB, "
+	       "CUDA runtime %d, driver %d\n",
+	       info.name, info.cc_major, info.cc_minor, info.sm_count,
+	       (double)info.global_mem / (1024.0 * 1024.0 * 1024.0),
+	       info.runtime_version, info.driver_version);
+	printf("# shapes: B=%d T=%d C=%d NH=%d; pass: |gpu-cpu| <= atol + "
+	       "rtol*|cpu| for every element; time_us: mean of %d calls\n",
+	       TB, TT, TC, TNH, TIME_ITERS);
+	printf("kernel\tpass\tmax_abs_err\tmax_rel_err\twrong\ttime_us\n");
+	fflush(stdout);
+
+	test_matmul(true);
+	test_matmul(false);
+	test_matmul_backward();
+	test_embedding();
+	test_layernorm();
+	test_gelu();
+	test_attention();
+	test_residual();
+	test_cross_entropy();
+	test_adamw(true, 1);
+	test_adamw(false, 10);
+	test_grad_norm();
+	bench_matmul();
+
+	RT(cudaEventDestroy(g_ev0));
+	RT(cudaEventDestroy(g_ev1));
+	RT(cudaStreamDestroy(g_stream));
+	flow_cuda_release_thread();
+
+	if (g_failed_kernels > 0) {
+		printf("# FAIL: %d of %d kernels wrong\n", g_failed_kernels,
+		       g_kernels);
+		return 1;
+	}
+	printf("# PASS: %d kernels\n", g_kernels);
+	return 0;
+}

@@ -1,0 +1,1013 @@
+/* The CPU kernels (lib/kernels/cpu/) against PyTorch: every forward and
+ * backward kernel is run on the fixtures that tests/ref/gen_kernels.py
+ * wrote, and compared element by element with |got - ref| <= atol +
+ * rtol*|ref|.  Also checks the backward contract of kernels.h: gradients
+ * accumulate (+=) into what the buffer already holds, and an optional
+ * gradient passed as NULL is skipped without touching the others. */
+#include <config.h>
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <flow/kernels.h>
+#include <flow/mem.h>
+
+#include "fixture.h"
+
+/* ---- tolerances ------------------------------------------------------------
+ * The references are float64 results rounded to float32 (AdamW and clipping:
+ * PyTorch's own float32 arithmetic), so the error measured is the kernel's
+ * own float32 rounding.  RTOL is the house default; an ATOL is needed
+ * wherever a result is a sum whose terms cancel (a dot product, a gradient
+ * summed over rows), because then |ref| can be far smaller than the terms and
+ * no relative bound holds.  Each ATOL below is sized from the magnitude of
+ * the terms of the longest sum in these fixtures.  FLOW_TEST_VERBOSE=1
+ * prints each comparison's worst error as a fraction of its tolerance:
+ * <= 0.3 except AdamW m (0.67, see adamw_run) and GELU dinp (0.4). */
+#define RTOL 1e-5
+/* Elementwise ops (residual, embedding forward, clipping): no cancelling
+ * sums; only results within a few ulps of 0 need this floor. */
+#define ATOL_ELEMENTWISE 1e-7
+/* GELU: where tanh(u) -> -1 (x in -6..-3), 1 + tanhf(u) and
+ * 1 - tanhf(u)^2 keep only the absolute precision of float near 1 (~1e-7);
+ * the forward scales that by 0.5|x| <= 3, the derivative by
+ * 0.5|x| * sqrt(2/pi)(1 + 3*0.044715 x^2) <= ~14, so results of 1e-5..1e-7
+ * are good to ~1.7e-6 absolute at worst -- in PyTorch's float32 kernel,
+ * which uses the same formula, as much as here. */
+#define ATOL_GELU 2e-6
+/* Sums of <= 130 terms of size ~1 (matmul K <= 96, embedding and layernorm
+ * parameter gradients over <= 130 rows, attention over T <= 64 positions):
+ * float rounding accumulates to ~sqrt(K)*eps*|terms|, i.e. a few 1e-6 at
+ * worst. */
+#define ATOL_SUM 1e-5
+/* Softmax probabilities and their gradient: values are in [0, 1], tiny
+ * probabilities exp(-30) are fine to 1e-9 absolute, and the row sums of the
+ * loss are O(10). */
+#define ATOL_PROB 1e-8
+
+/* ---- helpers ---------------------------------------------------------------*/
+
+static void fixture_load(flow_fixture_t *fx, const char *name)
+{
+	const char *top = getenv("top_srcdir");
+	char path[4096];
+	flow_diag_t diag = FLOW_DIAG_INIT;
+
+	if (!top || !*top)
+		top = ".";
+	snprintf(path, sizeof(path), "%s/tests/ref/fixtures/%s.bin", top,
+		 name);
+	if (flow_fixture_read(fx, path, &diag) != FLOW_OK)
+		fail_msg("%s", flow_diag_message(&diag));
+}
+
+static const void *fixture_need(const flow_fixture_t *fx, const char *name,
+				flow_fixture_dtype_t dtype, size_t ndim,
+				const size_t *dims)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	const void *p = flow_fixture_get(fx, name, dtype, ndim, dims, &diag);
+
+	if (!p)
+		fail_msg("fixture: %s", flow_diag_message(&diag));
+	return p;
+}
+
+#define NDIMS(...) (sizeof((size_t[]){ __VA_ARGS__ }) / sizeof(size_t))
+/* F32(fx, "name", d0, d1, ...): the array with exactly that shape. */
+#define F32(fx, name, ...)                                                 \
+	((const float *)fixture_need(fx, name, FLOW_FIXTURE_F32,           \
+				     NDIMS(__VA_ARGS__),                   \
+				     (size_t[]){ __VA_ARGS__ }))
+#define I32(fx, name, ...)                                                 \
+	((const int32_t *)fixture_need(fx, name, FLOW_FIXTURE_I32,         \
+				       NDIMS(__VA_ARGS__),                 \
+				       (size_t[]){ __VA_ARGS__ }))
+/* A scalar: ndim 0. */
+static float fixture_scalar(const flow_fixture_t *fx, const char *name)
+{
+	return *(const float *)fixture_need(fx, name, FLOW_FIXTURE_F32, 0,
+					    NULL);
+}
+
+/* The "dims" array every fixture carries: its sizes. */
+static const int32_t *fixture_dims(const flow_fixture_t *fx, size_t n)
+{
+	return I32(fx, "dims", n);
+}
+
+static float *buf_new(size_t n)
+{
+	float *p = flow_alloc(n * sizeof(float));
+
+	assert_non_null(p);
+	return p;
+}
+
+static float *buf_copy(const float *src, size_t n)
+{
+	float *p = buf_new(n);
+
+	memcpy(p, src, n * sizeof(float));
+	return p;
+}
+
+/* A gradient buffer's starting content: zeros, or (fill != 0) a fixed
+ * nonzero pattern, to prove the kernels add to it. */
+static float *buf_start(size_t n, float fill)
+{
+	float *p = buf_new(n);
+
+	for (size_t i = 0; i < n; i++)
+		p[i] = fill * (float)((int)(i % 7) - 3) / 3.0f;
+	return p;
+}
+
+/* What a gradient buffer started with buf_start(n, fill) must hold after
+ * the kernel added ref to it. */
+static float *buf_expect(const float *ref, size_t n, float fill)
+{
+	float *p = buf_start(n, fill);
+
+	for (size_t i = 0; i < n; i++)
+		p[i] += ref[i];
+	return p;
+}
+
+static void check_close(const char *fixture, const char *what,
+			const float *got, const float *ref, size_t n,
+			double atol, double rtol)
+{
+	size_t bad = 0, first = 0, wi = 0;
+	double worst = 0.0; /* max of |err| / (atol + rtol*|ref|) */
+
+	for (size_t i = 0; i < n; i++) {
+		double err = fabs((double)got[i] - (double)ref[i]);
+		double lim = atol + rtol * fabs((double)ref[i]);
+		if (!(err <= lim)) { /* also catches NaN */
+			if (bad++ == 0)
+				first = i;
+		}
+		if (err / lim > worst) {
+			worst = err / lim;
+			wi = i;
+		}
+	}
+	if (getenv("FLOW_TEST_VERBOSE"))
+		print_message("%s %s: worst error %.3g of the tolerance "
+			      "([%zu] got %.9g want %.9g)\n", fixture, what,
+			      worst, wi, n ? (double)got[wi] : 0.0,
+			      n ? (double)ref[wi] : 0.0);
+	if (bad)
+		fail_msg("%s %s: %zu of %zu elements off; first [%zu] got "
+			 "%.9g want %.9g (atol %g rtol %g)", fixture, what,
+			 bad, n, first, (double)got[first],
+			 (double)ref[first], atol, rtol);
+}
+
+static void check_same(const char *fixture, const char *what,
+		       const float *got, const float *want, size_t n)
+{
+	if (memcmp(got, want, n * sizeof(float)) != 0)
+		fail_msg("%s %s: changed but must not", fixture, what);
+}
+
+/* Which optional gradients a backward run asks for. */
+enum { WANT_0 = 1, WANT_1 = 2, WANT_2 = 4, WANT_ALL = 7 };
+
+/* ---- fixture reader ----------------------------------------------------------*/
+
+static void write_bytes(const char *path, const unsigned char *p, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+
+	assert_non_null(f);
+	assert_int_equal(fwrite(p, 1, n, f), n);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void test_kernels_fixture_rejects_corrupt_files(void **state)
+{
+	const char *top = getenv("top_srcdir");
+	char src[4096], tmp[] = "/tmp/flow-fixture-XXXXXX";
+	unsigned char buf[4096];
+	size_t n;
+	flow_fixture_t fx = { 0 };
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	FILE *f;
+	int fd;
+
+	(void)state;
+	snprintf(src, sizeof(src), "%s/tests/ref/fixtures/residual.bin",
+		 top && *top ? top : ".");
+	f = fopen(src, "rb");
+	assert_non_null(f);
+	n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	assert_true(n > 32 && n < sizeof(buf));
+	fd = mkstemp(tmp);
+	assert_true(fd >= 0);
+
+	/* Intact: reads, finds arrays, checks shapes. */
+	write_bytes(tmp, buf, n);
+	assert_int_equal(flow_fixture_read(&fx, tmp, &diag), FLOW_OK);
+	assert_non_null(flow_fixture_find(&fx, "dout"));
+	assert_null(flow_fixture_find(&fx, "nonesuch"));
+	assert_null(flow_fixture_get(&fx, "dout", FLOW_FIXTURE_F32, 1,
+				     (size_t[]){ 36 }, &diag));
+	assert_null(flow_fixture_get(&fx, "dout", FLOW_FIXTURE_I32, 1,
+				     (size_t[]){ 37 }, &diag));
+	flow_fixture_release(&fx);
+	flow_fixture_release(&fx);
+
+	/* One flipped payload bit: the CRC catches it. */
+	buf[n / 2] ^= 0x10;
+	write_bytes(tmp, buf, n);
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_fixture_read(&fx, tmp, &diag),
+			 FLOW_ERR_CHECKSUM);
+	buf[n / 2] ^= 0x10;
+
+	/* Truncated: the CRC is now read from the payload. */
+	write_bytes(tmp, buf, n - 9);
+	flow_diag_clear(&diag);
+	assert_true(flow_fixture_read(&fx, tmp, &diag) < 0);
+
+	/* Wrong magic. */
+	buf[0] = 'X';
+	write_bytes(tmp, buf, n);
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_fixture_read(&fx, tmp, &diag), FLOW_ERR_FORMAT);
+	assert_non_null(strstr(flow_diag_message(&diag), "offset 0"));
+
+	close(fd);
+	unlink(tmp);
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_fixture_read(&fx, tmp, &diag), FLOW_ERR_IO);
+}
+
+/* ---- matmul ------------------------------------------------------------------*/
+
+static const char *const matmul_fixtures[] = { "matmul_small", "matmul_row1",
+					       "matmul_nobias",
+					       "matmul_wide" };
+
+static void test_kernels_matmul_forward_matches_torch(void **state)
+{
+	(void)state;
+	for (size_t c = 0; c < sizeof(matmul_fixtures) / sizeof(char *); c++) {
+		const char *name = matmul_fixtures[c];
+		flow_fixture_t fx = { 0 };
+		fixture_load(&fx, name);
+		const int32_t *d = fixture_dims(&fx, 3);
+		size_t n = (size_t)d[0], i = (size_t)d[1], o = (size_t)d[2];
+		const float *bias = flow_fixture_find(&fx, "bias") ?
+					    F32(&fx, "bias", o) : NULL;
+		float *out = buf_start(n * o, 9.0f); /* overwritten */
+
+		flow_cpu_matmul_forward(out, F32(&fx, "inp", n, i),
+					F32(&fx, "weight", o, i), bias, n, i,
+					o);
+		check_close(name, "out", out, F32(&fx, "out", n, o), n * o,
+			    ATOL_SUM, RTOL);
+		flow_free(out);
+		flow_fixture_release(&fx);
+	}
+}
+
+static void matmul_backward_run(float fill, unsigned want)
+{
+	for (size_t c = 0; c < sizeof(matmul_fixtures) / sizeof(char *); c++) {
+		const char *name = matmul_fixtures[c];
+		flow_fixture_t fx = { 0 };
+		fixture_load(&fx, name);
+		const int32_t *d = fixture_dims(&fx, 3);
+		size_t n = (size_t)d[0], i = (size_t)d[1], o = (size_t)d[2];
+		bool has_bias = flow_fixture_find(&fx, "bias") != NULL;
+		float *dinp = buf_start(n * i, fill);
+		float *dw = buf_start(o * i, fill);
+		float *db = buf_start(o, fill);
+		float *dinp0 = buf_copy(dinp, n * i);
+		float *dw0 = buf_copy(dw, o * i);
+		float *db0 = buf_copy(db, o);
+
+		flow_cpu_matmul_backward(want & WANT_0 ? dinp : NULL,
+					 want & WANT_1 ? dw : NULL,
+					 has_bias && (want & WANT_2) ? db :
+								       NULL,
+					 F32(&fx, "dout", n, o),
+					 F32(&fx, "inp", n, i),
+					 F32(&fx, "weight", o, i), n, i, o);
+		if (want & WANT_0) {
+			float *e = buf_expect(F32(&fx, "dinp", n, i), n * i,
+					      fill);
+			check_close(name, "dinp", dinp, e, n * i, ATOL_SUM,
+				    RTOL);
+			flow_free(e);
+		} else {
+			check_same(name, "dinp", dinp, dinp0, n * i);
+		}
+		if (want & WANT_1) {
+			float *e = buf_expect(F32(&fx, "dweight", o, i), o * i,
+					      fill);
+			check_close(name, "dweight", dw, e, o * i, ATOL_SUM,
+				    RTOL);
+			flow_free(e);
+		} else {
+			check_same(name, "dweight", dw, dw0, o * i);
+		}
+		if (has_bias && (want & WANT_2)) {
+			float *e = buf_expect(F32(&fx, "dbias", o), o, fill);
+			check_close(name, "dbias", db, e, o, ATOL_SUM, RTOL);
+			flow_free(e);
+		} else {
+			check_same(name, "dbias", db, db0, o);
+		}
+		flow_free(dinp);
+		flow_free(dw);
+		flow_free(db);
+		flow_free(dinp0);
+		flow_free(dw0);
+		flow_free(db0);
+		flow_fixture_release(&fx);
+	}
+}
+
+static void test_kernels_matmul_backward_matches_torch(void **state)
+{
+	(void)state;
+	matmul_backward_run(0.0f, WANT_ALL);
+}
+
+static void test_kernels_matmul_backward_accumulates(void **state)
+{
+	(void)state;
+	matmul_backward_run(0.75f, WANT_ALL);
+}
+
+static void test_kernels_matmul_backward_null_grads(void **state)
+{
+	(void)state;
+	matmul_backward_run(0.5f, WANT_0);
+	matmul_backward_run(0.5f, WANT_1);
+	matmul_backward_run(0.5f, WANT_2);
+}
+
+/* ---- embedding ---------------------------------------------------------------*/
+
+static const char *const embedding_fixtures[] = { "embedding_small",
+						  "embedding_t1",
+						  "embedding_wide" };
+
+static void test_kernels_embedding_forward_matches_torch(void **state)
+{
+	(void)state;
+	for (size_t c = 0; c < sizeof(embedding_fixtures) / sizeof(char *);
+	     c++) {
+		const char *name = embedding_fixtures[c];
+		flow_fixture_t fx = { 0 };
+		fixture_load(&fx, name);
+		const int32_t *d = fixture_dims(&fx, 4);
+		size_t B = (size_t)d[0], T = (size_t)d[1], C = (size_t)d[2],
+		       V = (size_t)d[3];
+		float *out = buf_start(B * T * C, 9.0f);
+
+		flow_cpu_embedding_forward(out, I32(&fx, "tokens", B, T),
+					   F32(&fx, "wte", V, C),
+					   F32(&fx, "wpe", T, C), B, T, C);
+		check_close(name, "out", out, F32(&fx, "out", B, T, C),
+			    B * T * C, ATOL_ELEMENTWISE, RTOL);
+		flow_free(out);
+		flow_fixture_release(&fx);
+	}
+}
+
+static void embedding_backward_run(float fill, unsigned want)
+{
+	for (size_t c = 0; c < sizeof(embedding_fixtures) / sizeof(char *);
+	     c++) {
+		const char *name = embedding_fixtures[c];
+		flow_fixture_t fx = { 0 };
+		fixture_load(&fx, name);
+		const int32_t *d = fixture_dims(&fx, 4);
+		size_t B = (size_t)d[0], T = (size_t)d[1], C = (size_t)d[2],
+		       V = (size_t)d[3];
+		float *dwte = buf_start(V * C, fill);
+		float *dwpe = buf_start(T * C, fill);
+		float *dwte0 = buf_copy(dwte, V * C);
+		float *dwpe0 = buf_copy(dwpe, T * C);
+
+		flow_cpu_embedding_backward(want & WANT_0 ? dwte : NULL,
+					    want & WANT_1 ? dwpe : NULL,
+					    F32(&fx, "dout", B, T, C),
+					    I32(&fx, "tokens", B, T), B, T, C);
+		if (want & WANT_0) {
+			float *e = buf_expect(F32(&fx, "dwte", V, C), V * C,
+					      fill);
+			check_close(name, "dwte", dwte, e, V * C, ATOL_SUM,
+				    RTOL);
+			flow_free(e);
+		} else {
+			check_same(name, "dwte", dwte, dwte0, V * C);
+		}
+		if (want & WANT_1) {
+			float *e = buf_expect(F32(&fx, "dwpe", T, C), T * C,
+					      fill);
+			check_close(name, "dwpe", dwpe, e, T * C, ATOL_SUM,
+				    RTOL);
+			flow_free(e);
+		} else {
+			check_same(name, "dwpe", dwpe, dwpe0, T * C);
+		}
+		flow_free(dwte);
+		flow_free(dwpe);
+		flow_free(dwte0);
+		flow_free(dwpe0);
+		flow_fixture_release(&fx);
+	}
+}
+
+static void test_kernels_embedding_backward_matches_torch(void **state)
+{
+	(void)state;
+	embedding_backward_run(0.0f, WANT_ALL);
+}
+
+static void test_kernels_embedding_backward_accumulates(void **state)
+{
+	(void)state;
+	embedding_backward_run(0.75f, WANT_ALL);
+}
+
+static void test_kernels_embedding_backward_null_grads(void **state)
+{
+	(void)state;
+	embedding_backward_run(0.5f, WANT_0);
+	embedding_backward_run(0.5f, WANT_1);
+}
+
+/* ---- layernorm ---------------------------------------------------------------*/
+
+static const char *const layernorm_fixtures[] = { "layernorm_small",
+						  "layernorm_c768",
+						  "layernorm_c1",
+						  "layernorm_rows" };
+
+static void test_kernels_layernorm_forward_matches_torch(void **state)
+{
+	(void)state;
+	for (size_t c = 0; c < sizeof(layernorm_fixtures) / sizeof(char *);
+	     c++) {
+		const char *name = layernorm_fixtures[c];
+		flow_fixture_t fx = { 0 };
+		fixture_load(&fx, name);
+		const int32_t *d = fixture_dims(&fx, 2);
+		size_t n = (size_t)d[0], C = (size_t)d[1];
+		float *out = buf_start(n * C, 9.0f);
+		float *mean = buf_start(n, 9.0f);
+		float *rstd = buf_start(n, 9.0f);
+
+		flow_cpu_layernorm_forward(out, mean, rstd,
+					   F32(&fx, "inp", n, C),
+					   F32(&fx, "weight", C),
+					   F32(&fx, "bias", C), n, C);
+		/* out = n*w + b with n = O(1): a cancelling sum of 2 terms. */
+		check_close(name, "out", out, F32(&fx, "out", n, C), n * C,
+			    ATOL_SUM, RTOL);
+		check_close(name, "mean", mean, F32(&fx, "mean", n), n,
+			    ATOL_SUM, RTOL);
+		/* C = 1 has variance 0 and rstd = 1/sqrt(eps) = 316.2:
+		 * relative. */
+		check_close(name, "rstd", rstd, F32(&fx, "rstd", n), n, 0.0,
+			    RTOL);
+		flow_free(out);
+		flow_free(mean);
+		flow_free(rstd);
+		flow_fixture_release(&fx);
+	}
+}
+
+static void layernorm_backward_run(float fill, unsigned want)
+{
+	for (size_t c = 0; c < sizeof(layernorm_fixtures) / sizeof(char *);
+	     c++) {
+		const char *name = layernorm_fixtures[c];
+		flow_fixture_t fx = { 0 };
+		fixture_load(&fx, name);
+		const int32_t *d = fixture_dims(&fx, 2);
+		size_t n = (size_t)d[0], C = (size_t)d[1];
+		const float *inp = F32(&fx, "inp", n, C);
+		const float *w = F32(&fx, "weight", C);
+		float *out = buf_new(n * C);
+		float *mean = buf_new(n), *rstd = buf_new(n);
+		float *dinp = buf_start(n * C, fill);
+		float *dw = buf_start(C, fill), *db = buf_start(C, fill);
+		float *dinp0 = buf_copy(dinp, n * C);
+		float *dw0 = buf_copy(dw, C), *db0 = buf_copy(db, C);
+
+		/* mean and rstd come from our own forward, as in training. */
+		flow_cpu_layernorm_forward(out, mean, rstd, inp, w,
+					   F32(&fx, "bias", C), n, C);
+		flow_cpu_layernorm_backward(want & WANT_0 ? dinp : NULL,
+					    want & WANT_1 ? dw : NULL,
+					    want & WANT_2 ? db : NULL,
+					    F32(&fx, "dout", n, C), inp, w,
+					    mean, rstd, n, C);
+		if (want & WANT_0) {
+			float *e = buf_expect(F32(&fx, "dinp", n, C), n * C,
+					      fill);
+			/* dinp is rstd * (dn - mean(dn) - n*mean(dn*n)):
+			 * three cancelling O(1) terms times rstd, which is
+			 * 316 for the C = 1 case (where dinp is exactly 0
+			 * and the terms cancel to ~eps*316). */
+			check_close(name, "dinp", dinp, e, n * C, 1e-4, RTOL);
+			flow_free(e);
+		} else {
+			check_same(name, "dinp", dinp, dinp0, n * C);
+		}
+		if (want & WANT_1) {
+			float *e = buf_expect(F32(&fx, "dweight", C), C, fill);
+			check_close(name, "dweight", dw, e, C, ATOL_SUM, RTOL);
+			flow_free(e);
+		} else {
+			check_same(name, "dweight", dw, dw0, C);
+		}
+		if (want & WANT_2) {
+			float *e = buf_expect(F32(&fx, "dbias", C), C, fill);
+			check_close(name, "dbias", db, e, C, ATOL_SUM, RTOL);
+			flow_free(e);
+		} else {
+			check_same(name, "dbias", db, db0, C);
+		}
+		flow_free(out);
+		flow_free(mean);
+		flow_free(rstd);
+		flow_free(dinp);
+		flow_free(dw);
+		flow_free(db);
+		flow_free(dinp0);
+		flow_free(dw0);
+		flow_free(db0);
+		flow_fixture_release(&fx);
+	}
+}
+
+static void test_kernels_layernorm_backward_matches_torch(void **state)
+{
+	(void)state;
+	layernorm_backward_run(0.0f, WANT_ALL);
+}
+
+static void test_kernels_layernorm_backward_accumulates(void **state)
+{
+	(void)state;
+	layernorm_backward_run(0.75f, WANT_ALL);
+}
+
+static void test_kernels_layernorm_backward_null_grads(void **state)
+{
+	(void)state;
+	layernorm_backward_run(0.5f, WANT_0);
+	layernorm_backward_run(0.5f, WANT_1);
+	layernorm_backward_run(0.5f, WANT_2);
+}
+
+/* ---- gelu ----------------------------------------------------------------------*/
+
+static void test_kernels_gelu_forward_matches_torch(void **state)
+{
+	flow_fixture_t fx = { 0 };
+
+	(void)state;
+	fixture_load(&fx, "gelu");
+	size_t n = (size_t)fixture_dims(&fx, 1)[0];
+	float *out = buf_start(n, 9.0f);
+
+	flow_cpu_gelu_forward(out, F32(&fx, "inp", n), n);
+	check_close("gelu", "out", out, F32(&fx, "out", n), n, ATOL_GELU,
+		    RTOL);
+	flow_free(out);
+	flow_fixture_release(&fx);
+}
+
+static void gelu_backward_run(float fill)
+{
+	flow_fixture_t fx = { 0 };
+
+	fixture_load(&fx, "gelu");
+	size_t n = (size_t)fixture_dims(&fx, 1)[0];
+	float *dinp = buf_start(n, fill);
+	float *e = buf_expect(F32(&fx, "dinp", n), n, fill);
+
+	flow_cpu_gelu_backward(dinp, F32(&fx, "inp", n), F32(&fx, "dout", n),
+			       n);
+	check_close("gelu", "dinp", dinp, e, n, ATOL_GELU, RTOL);
+	flow_free(dinp);
+	flow_free(e);
+	flow_fixture_release(&fx);
+}
+
+static void test_kernels_gelu_backward_matches_torch(void **state)
+{
+	(void)state;
+	gelu_backward_run(0.0f);
+}
+
+static void test_kernels_gelu_backward_accumulates(void **state)
+{
+	(void)state;
+	gelu_backward_run(0.75f);
+}
+
+/* ---- attention -----------------------------------------------------------------*/
+
+static const char *const attention_fixtures[] = { "attention_small",
+						  "attention_t1",
+						  "attention_odd",
+						  "attention_t64" };
+
+static void test_kernels_attention_forward_matches_torch(void **state)
+{
+	(void)state;
+	for (size_t c = 0; c < sizeof(attention_fixtures) / sizeof(char *);
+	     c++) {
+		const char *name = attention_fixtures[c];
+		flow_fixture_t fx = { 0 };
+		fixture_load(&fx, name);
+		const int32_t *d = fixture_dims(&fx, 4);
+		size_t B = (size_t)d[0], T = (size_t)d[1], C = (size_t)d[2],
+		       NH = (size_t)d[3];
+		float *out = buf_start(B * T * C, 9.0f);
+		float *att = buf_start(B * NH * T * T, 9.0f);
+		const float *ref_att = F32(&fx, "att", B, NH, T, T);
+
+		flow_cpu_attention_forward(out, att,
+					   F32(&fx, "qkv", B, T, 3 * C), B, T,
+					   C, NH);
+		check_close(name, "att", att, ref_att, B * NH * T * T,
+			    ATOL_PROB, RTOL);
+		check_close(name, "out", out, F32(&fx, "out", B, T, C),
+			    B * T * C, ATOL_SUM, RTOL);
+		/* Above the diagonal: exact zeros, as the contract says. */
+		for (size_t r = 0; r < B * NH * T; r++)
+			for (size_t j = r % T + 1; j < T; j++)
+				assert_true(att[r * T + j] == 0.0f);
+		flow_free(out);
+		flow_free(att);
+		flow_fixture_release(&fx);
+	}
+}
+
+static void attention_backward_run(float fill)
+{
+	for (size_t c = 0; c < sizeof(attention_fixtures) / sizeof(char *);
+	     c++) {
+		const char *name = attention_fixtures[c];
+		flow_fixture_t fx = { 0 };
+		fixture_load(&fx, name);
+		const int32_t *d = fixture_dims(&fx, 4);
+		size_t B = (size_t)d[0], T = (size_t)d[1], C = (size_t)d[2],
+		       NH = (size_t)d[3];
+		const float *qkv = F32(&fx, "qkv", B, T, 3 * C);
+		float *out = buf_new(B * T * C);
+		float *att = buf_new(B * NH * T * T);
+		float *dqkv = buf_start(B * T * 3 * C, fill);
+		float *e = buf_expect(F32(&fx, "dqkv", B, T, 3 * C),
+				      B * T * 3 * C, fill);
+		size_t bytes = flow_cpu_attention_scratch_bound(B, T, C, NH);
+		void *scratch = flow_alloc(bytes);
+
+		assert_non_null(scratch);
+		/* Garbage in the scratch must not matter. */
+		memset(scratch, 0xA5, bytes);
+		flow_cpu_attention_forward(out, att, qkv, B, T, C, NH);
+		flow_cpu_attention_backward(dqkv, scratch,
+					    F32(&fx, "dout", B, T, C), qkv,
+					    att, B, T, C, NH);
+		check_close(name, "dqkv", dqkv, e, B * T * 3 * C, ATOL_SUM,
+			    RTOL);
+		flow_free(scratch);
+		flow_free(out);
+		flow_free(att);
+		flow_free(dqkv);
+		flow_free(e);
+		flow_fixture_release(&fx);
+	}
+}
+
+static void test_kernels_attention_backward_matches_torch(void **state)
+{
+	(void)state;
+	attention_backward_run(0.0f);
+}
+
+static void test_kernels_attention_backward_accumulates(void **state)
+{
+	(void)state;
+	attention_backward_run(0.75f);
+}
+
+/* ---- residual ------------------------------------------------------------------*/
+
+static void test_kernels_residual_forward_matches_torch(void **state)
+{
+	flow_fixture_t fx = { 0 };
+
+	(void)state;
+	fixture_load(&fx, "residual");
+	size_t n = (size_t)fixture_dims(&fx, 1)[0];
+	float *out = buf_start(n, 9.0f);
+
+	flow_cpu_residual_forward(out, F32(&fx, "a", n), F32(&fx, "b", n), n);
+	check_close("residual", "out", out, F32(&fx, "out", n), n,
+		    ATOL_ELEMENTWISE, RTOL);
+	flow_free(out);
+	flow_fixture_release(&fx);
+}
+
+static void residual_backward_run(float fill, unsigned want)
+{
+	flow_fixture_t fx = { 0 };
+
+	fixture_load(&fx, "residual");
+	size_t n = (size_t)fixture_dims(&fx, 1)[0];
+	const float *dout = F32(&fx, "dout", n);
+	float *da = buf_start(n, fill), *db = buf_start(n, fill);
+	float *start = buf_start(n, fill);
+	float *e = buf_expect(dout, n, fill);
+
+	flow_cpu_residual_backward(want & WANT_0 ? da : NULL,
+				   want & WANT_1 ? db : NULL, dout, n);
+	/* fill + dout is one float addition, exactly what the kernel does. */
+	if (want & WANT_0)
+		check_same("residual", "da", da, e, n);
+	else
+		check_same("residual", "da", da, start, n);
+	if (want & WANT_1)
+		check_same("residual", "db", db, e, n);
+	else
+		check_same("residual", "db", db, start, n);
+	flow_free(da);
+	flow_free(db);
+	flow_free(start);
+	flow_free(e);
+	flow_fixture_release(&fx);
+}
+
+static void test_kernels_residual_backward_matches_torch(void **state)
+{
+	(void)state;
+	residual_backward_run(0.0f, WANT_0 | WANT_1);
+}
+
+static void test_kernels_residual_backward_accumulates(void **state)
+{
+	(void)state;
+	residual_backward_run(0.75f, WANT_0 | WANT_1);
+}
+
+static void test_kernels_residual_backward_null_grads(void **state)
+{
+	(void)state;
+	residual_backward_run(0.5f, WANT_0);
+	residual_backward_run(0.5f, WANT_1);
+	residual_backward_run(0.5f, 0);
+}
+
+/* ---- cross-entropy -------------------------------------------------------------*/
+
+static void test_kernels_cross_entropy_matches_torch(void **state)
+{
+	static const char *const names[] = { "cross_entropy_small",
+					     "cross_entropy_gpt2" };
+
+	(void)state;
+	for (size_t c = 0; c < sizeof(names) / sizeof(char *); c++) {
+		const char *name = names[c];
+		flow_fixture_t fx = { 0 };
+		fixture_load(&fx, name);
+		const int32_t *d = fixture_dims(&fx, 3);
+		size_t n = (size_t)d[0], V = (size_t)d[1], Vp = (size_t)d[2];
+		const int32_t *tg = I32(&fx, "targets", n);
+		const float *ref = F32(&fx, "dlogits", n, Vp);
+		float *logits = buf_copy(F32(&fx, "logits", n, Vp), n * Vp);
+		float *losses = buf_start(n, 9.0f);
+
+		flow_cpu_cross_entropy_forward_backward(
+			losses, logits, tg, n, V, Vp,
+			fixture_scalar(&fx, "dloss"));
+		/* A loss is log(sum exp) - x_t: O(10) terms, relative. */
+		check_close(name, "losses", losses, F32(&fx, "losses", n), n,
+			    ATOL_SUM, RTOL);
+		/* dloss * (p - onehot): p down to e^-30 for the 50k-vocab
+		 * row, where only an absolute bound is meaningful. */
+		check_close(name, "dlogits", logits, ref, n * Vp, ATOL_PROB,
+			    RTOL);
+		for (size_t r = 0; r < n; r++) {
+			for (size_t j = V; j < Vp; j++)
+				assert_true(logits[r * Vp + j] == 0.0f);
+			if (tg[r] < 0) {
+				assert_true(losses[r] == 0.0f);
+				for (size_t j = 0; j < Vp; j++)
+					assert_true(logits[r * Vp + j] ==
+						    0.0f);
+			}
+		}
+		flow_free(logits);
+		flow_free(losses);
+		flow_fixture_release(&fx);
+	}
+}
+
+/* ---- AdamW -----------------------------------------------------------------------*/
+
+static void adamw_run(const char *name)
+{
+	flow_fixture_t fx = { 0 };
+
+	fixture_load(&fx, name);
+	const int32_t *d = fixture_dims(&fx, 3);
+	size_t n = (size_t)d[0], steps = (size_t)d[1];
+	bool decay = d[2] != 0;
+	const float *hpa = F32(&fx, "hparams", 5);
+	flow_adamw_params_t hp = { .lr = hpa[0], .beta1 = hpa[1],
+				   .beta2 = hpa[2], .eps = hpa[3],
+				   .weight_decay = hpa[4] };
+	const float *grads = F32(&fx, "grads", steps, n);
+	const float *rp = F32(&fx, "params", steps, n);
+	const float *rm = F32(&fx, "m", steps, n);
+	const float *rv = F32(&fx, "v", steps, n);
+	float *p = buf_copy(F32(&fx, "param0", n), n);
+	float *m = buf_start(n, 0.0f), *v = buf_start(n, 0.0f);
+
+	/* Same arithmetic as PyTorch in the same order: the only freedom
+	 * left is PyTorch's vectorised add, which fuses a*b+c (FMA), so
+	 * results agree to ~1 ulp, far inside RTOL.  Checked after every
+	 * step so an error in the bias correction (t) shows. */
+	for (size_t s = 0; s < steps; s++) {
+		flow_cpu_adamw_update(p, grads + s * n, m, v, n, &hp,
+				      (uint64_t)s + 1, decay);
+		/* m = b1*m + (1-b1)*g cancels when g changes sign, which
+		 * turns PyTorch's FMA-vs-not ulp into up to ~7e-6 relative
+		 * (the tightest check here); 1e-10 absolute only covers m
+		 * within ulps of zero. */
+		check_close(name, "m", m, rm + s * n, n, 1e-10, RTOL);
+		check_close(name, "v", v, rv + s * n, n, 0.0, RTOL);
+		check_close(name, "param", p, rp + s * n, n, 0.0, RTOL);
+	}
+	flow_free(p);
+	flow_free(m);
+	flow_free(v);
+	flow_fixture_release(&fx);
+}
+
+static void test_kernels_adamw_decay_matches_torch(void **state)
+{
+	(void)state;
+	adamw_run("adamw_decay");
+}
+
+static void test_kernels_adamw_nodecay_matches_torch(void **state)
+{
+	(void)state;
+	adamw_run("adamw_nodecay");
+}
+
+/* ---- gradient norm ---------------------------------------------------------------*/
+
+static void grad_norm_run(const char *name, bool measure_only)
+{
+	flow_fixture_t fx = { 0 };
+	float *g[3], *orig[3];
+	size_t counts[3];
+	char what[32];
+
+	fixture_load(&fx, name);
+	const int32_t *d = fixture_dims(&fx, 3);
+	for (size_t k = 0; k < 3; k++) {
+		counts[k] = (size_t)d[k];
+		snprintf(what, sizeof(what), "grad%zu", k);
+		g[k] = buf_copy(F32(&fx, what, counts[k]), counts[k]);
+		orig[k] = buf_copy(g[k], counts[k]);
+	}
+	float max_norm = measure_only ? 0.0f :
+					fixture_scalar(&fx, "max_norm");
+	float norm = flow_cpu_clip_grad_norm(g, counts, 3, max_norm);
+	float want = fixture_scalar(&fx, "norm");
+
+	/* PyTorch sums in float, flow in double: both round the same
+	 * sum of 142 squares, within a few float ulps. */
+	check_close(name, "norm", &norm, &want, 1, 0.0, RTOL);
+	for (size_t k = 0; k < 3; k++) {
+		snprintf(what, sizeof(what), "clipped%zu", k);
+		if (measure_only)
+			check_same(name, "grad", g[k], orig[k], counts[k]);
+		else
+			check_close(name, what, g[k],
+				    F32(&fx, what, counts[k]), counts[k],
+				    ATOL_ELEMENTWISE, RTOL);
+		flow_free(g[k]);
+		flow_free(orig[k]);
+	}
+	flow_fixture_release(&fx);
+}
+
+static void test_kernels_grad_norm_clips_as_torch(void **state)
+{
+	(void)state;
+	grad_norm_run("grad_norm_clip", false);
+}
+
+static void test_kernels_grad_norm_below_max_is_untouched(void **state)
+{
+	(void)state;
+	grad_norm_run("grad_norm_noclip", false);
+	/* Not clipping must leave the bits alone (no multiply by 1.0f
+	 * that could flush a denormal): compare with the input exactly. */
+	flow_fixture_t fx = { 0 };
+	fixture_load(&fx, "grad_norm_noclip");
+	const int32_t *d = fixture_dims(&fx, 3);
+	for (size_t k = 0; k < 3; k++) {
+		char what[32];
+		snprintf(what, sizeof(what), "clipped%zu", k);
+		const float *c = F32(&fx, what, (size_t)d[k]);
+		snprintf(what, sizeof(what), "grad%zu", k);
+		check_same("grad_norm_noclip", what, c,
+			   F32(&fx, what, (size_t)d[k]), (size_t)d[k]);
+	}
+	flow_fixture_release(&fx);
+}
+
+static void test_kernels_grad_norm_zero_max_only_measures(void **state)
+{
+	(void)state;
+	grad_norm_run("grad_norm_clip", true);
+}
+
+static void test_kernels_sum_squares_matches_long_double(void **state)
+{
+	/* Longer than several FLOW_CPU_SQ_CHUNK chunks, with a ragged end. */
+	size_t n = 3 * 65536 + 12345;
+	float *x = buf_new(n);
+	long double want = 0.0L;
+
+	(void)state;
+	for (size_t i = 0; i < n; i++) {
+		x[i] = (float)((double)((i * 2654435761u) % 1000003) /
+			       1000003.0 - 0.5);
+		want += (long double)x[i] * x[i];
+	}
+	double got = flow_cpu_sum_squares(x, n);
+	/* double accumulation of 2e5 positive terms: ~1e-12 relative. */
+	assert_true(fabsl((long double)got - want) <= 1e-10L * want);
+	assert_true(flow_cpu_sum_squares(x, 0) == 0.0);
+	flow_free(x);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_kernels_fixture_rejects_corrupt_files),
+		cmocka_unit_test(test_kernels_matmul_forward_matches_torch),
+		cmocka_unit_test(test_kernels_matmul_backward_matches_torch),
+		cmocka_unit_test(test_kernels_matmul_backward_accumulates),
+		cmocka_unit_test(test_kernels_matmul_backward_null_grads),
+		cmocka_unit_test(test_kernels_embedding_forward_matches_torch),
+		cmocka_unit_test(test_kernels_embedding_backward_matches_torch),
+		cmocka_unit_test(test_kernels_embedding_backward_accumulates),
+		cmocka_unit_test(test_kernels_embedding_backward_null_grads),
+		cmocka_unit_test(test_kernels_layernorm_forward_matches_torch),
+		cmocka_unit_test(test_kernels_layernorm_backward_matches_torch),
+		cmocka_unit_test(test_kernels_layernorm_backward_accumulates),
+		cmocka_unit_test(test_kernels_layernorm_backward_null_grads),
+		cmocka_unit_test(test_kernels_gelu_forward_matches_torch),
+		cmocka_unit_test(test_kernels_gelu_backward_matches_torch),
+		cmocka_unit_test(test_kernels_gelu_backward_accumulates),
+		cmocka_unit_test(test_kernels_attention_forward_matches_torch),
+		cmocka_unit_test(test_kernels_attention_backward_matches_torch),
+		cmocka_unit_test(test_kernels_attention_backward_accumulates),
+		cmocka_unit_test(test_kernels_residual_forward_matches_torch),
+		cmocka_unit_test(test_kernels_residual_backward_matches_torch),
+		cmocka_unit_test(test_kernels_residual_backward_accumulates),
+		cmocka_unit_test(test_kernels_residual_backward_null_grads),
+		cmocka_unit_test(test_kernels_cross_entropy_matches_torch),
+		cmocka_unit_test(test_kernels_adamw_decay_matches_torch),
+		cmocka_unit_test(test_kernels_adamw_nodecay_matches_torch),
+		cmocka_unit_test(test_kernels_grad_norm_clips_as_torch),
+		cmocka_unit_test(test_kernels_grad_norm_below_max_is_untouched),
+		cmocka_unit_test(test_kernels_grad_norm_zero_max_only_measures),
+		cmocka_unit_test(test_kernels_sum_squares_matches_long_double),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL) ? EXIT_FAILURE :
+							   EXIT_SUCCESS;
+}
