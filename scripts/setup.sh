@@ -40,4 +40,9 @@ if [ ! -f config.status ] || [ "$(cat .flow-configure-args 2>/dev/null)" != "$wa
 	"$top/configure" -q "$@"
 	printf '%s' "$want" > .flow-configure-args
 fi
-make -s -j"$(nproc)"
+echo "setup: building in $build" >&2
+if ! make -j"$(nproc)" > build.log 2>&1; then
+	tail -n 40 build.log >&2
+	echo "setup: the build failed; the whole log is $build/build.log" >&2
+	exit 1
+fi
