@@ -105,14 +105,17 @@ static void *bench_alloc(bench_bufs_t *bufs, size_t count, size_t size,
 	return p;
 }
 
-#define ALLOC_F(var, count, what)                                              \
-	do {                                                                   \
-		if (!((var) = bench_alloc(&bufs, (count), sizeof(float), what, \
-					  diag))) {                            \
-			err = FLOW_ERR_NOMEM;                                  \
-			goto out_free_buffers;                                 \
-		}                                                              \
+/* In a bench function: var = a zeroed buffer of count elements of size
+ * bytes, owned by c->bufs; on failure the function returns (c->diag says
+ * why) and flow_bench_kernel_run() frees what it had allocated. */
+#define ALLOC(var, count, size, what)                                      \
+	do {                                                               \
+		if (!((var) = bench_alloc(&c->bufs, (count), (size), (what), \
+					  c->diag)))                       \
+			return FLOW_ERR_NOMEM;                             \
 	} while (0)
+
+#define ALLOC_F(var, count, what) ALLOC(var, count, sizeof(float), what)
 
 /* Inputs: stream ids are fixed per role so a buffer's values depend only on
  * the seed, the role and the element index, never on the shape order. */
@@ -166,47 +169,9 @@ static void gather_rows(float *dst, const float *src, size_t R, size_t n,
 
 /* ---- records -------------------------------------------------------------------- */
 
-static void record_init(flow_bench_record_t *rec, flow_bench_kernel_t k,
-			const char *pass, const flow_bench_shape_t *shape,
-			const flow_bench_config_t *cfg, double rtol,
-			double atol)
-{
-	memset(rec, 0, sizeof(*rec));
-	snprintf(rec->kernel, sizeof(rec->kernel), "%s",
-		 flow_bench_kernel_name(k));
-	snprintf(rec->pass, sizeof(rec->pass), "%s", pass);
-	flow_bench_shape_format(shape, rec->shape, sizeof(rec->shape));
-	rec->iters = cfg->iters;
-	rec->rtol = rtol;
-	rec->atol = atol;
-	rec->frac_peak = NAN;
-	rec->blas_gflops = NAN;
-	rec->blas_ratio = NAN;
-}
-
-/* Fill the timing columns from the samples (sorted in place). */
-static void record_time(flow_bench_record_t *rec, double *samples,
-			const flow_bench_config_t *cfg, double flops,
-			double bytes)
-{
-	flow_bench_median_min(samples, cfg->iters, &rec->time_us,
-			      &rec->min_us);
-	rec->flops = flops;
-	rec->bytes = bytes;
-	rec->gflops = flops / rec->time_us / 1e3;
-	rec->gbps = bytes / rec->time_us / 1e3;
-	if (cfg->peak_gflops > 0)
-		rec->frac_peak = rec->gflops / cfg->peak_gflops;
-}
-
-static void record_check(flow_bench_record_t *rec, const float *got,
-			 const float *ref, size_t n)
-{
-	rec->checked += n;
-	rec->wrong += flow_bench_count_wrong(got, ref, n, rec->rtol, rec->atol);
-}
-
-/* Everything one kernel's bench function gets. */
+/* Everything one kernel's bench function gets.  The buffers it allocates
+ * (ALLOC) belong to bufs, which flow_bench_kernel_run() releases after the
+ * run whatever it returned: a bench function has no cleanup of its own. */
 typedef struct bench_ctx {
 	flow_bench_kernel_t k;
 	const flow_bench_shape_t *shape;
@@ -216,8 +181,60 @@ typedef struct bench_ctx {
 	double *peer_samples; /* cfg->iters: the peer timed alongside */
 	flow_bench_record_t *rec;
 	size_t nrec;
+	bench_bufs_t bufs;
 	flow_diag_t *diag;
 } bench_ctx_t;
+
+/* The run's next record, for pass, with all but the measured columns set. */
+static flow_bench_record_t *record_new(bench_ctx_t *c, const char *pass)
+{
+	flow_bench_record_t *rec = &c->rec[c->nrec++];
+
+	memset(rec, 0, sizeof(*rec));
+	snprintf(rec->kernel, sizeof(rec->kernel), "%s",
+		 flow_bench_kernel_name(c->k));
+	snprintf(rec->pass, sizeof(rec->pass), "%s", pass);
+	flow_bench_shape_format(c->shape, rec->shape, sizeof(rec->shape));
+	rec->iters = c->cfg->iters;
+	rec->rtol = c->rtol;
+	rec->atol = c->atol;
+	rec->frac_peak = NAN;
+	rec->blas_gflops = NAN;
+	rec->blas_ratio = NAN;
+	return rec;
+}
+
+/* Fill the timing columns from c->samples (sorted in place). */
+static void record_time(bench_ctx_t *c, flow_bench_record_t *rec,
+			double flops, double bytes)
+{
+	flow_bench_median_min(c->samples, c->cfg->iters, &rec->time_us,
+			      &rec->min_us);
+	rec->flops = flops;
+	rec->bytes = bytes;
+	rec->gflops = flops / rec->time_us / 1e3;
+	rec->gbps = bytes / rec->time_us / 1e3;
+	if (c->cfg->peak_gflops > 0)
+		rec->frac_peak = rec->gflops / c->cfg->peak_gflops;
+}
+
+/* Fill the BLAS columns from c->peer_samples (sorted in place): the bare
+ * BLAS calls timed alongside, doing the same rec->flops. */
+static void record_blas(bench_ctx_t *c, flow_bench_record_t *rec)
+{
+	double median, min;
+
+	flow_bench_median_min(c->peer_samples, c->cfg->iters, &median, &min);
+	rec->blas_gflops = rec->flops / median / 1e3;
+	rec->blas_ratio = rec->gflops / rec->blas_gflops;
+}
+
+static void record_check(flow_bench_record_t *rec, const float *got,
+			 const float *ref, size_t n)
+{
+	rec->checked += n;
+	rec->wrong += flow_bench_count_wrong(got, ref, n, rec->rtol, rec->atol);
+}
 
 #define D(i) ((size_t)c->shape->dims[i])
 
@@ -225,12 +242,9 @@ typedef struct bench_ctx {
 
 static flow_err_t bench_peak(bench_ctx_t *c)
 {
-	bench_bufs_t bufs = { .count = 0 };
-	flow_diag_t *diag = c->diag;
-	flow_err_t err = FLOW_OK;
 	size_t N = D(0), NN = N * N, R = N < BENCH_CHECK_ROWS ? N : BENCH_CHECK_ROWS;
 	float *a, *b, *out, *a_rows, *got, *ref;
-	flow_bench_record_t *rec = &c->rec[c->nrec++];
+	flow_bench_record_t *rec = record_new(c, "sgemm");
 
 	ALLOC_F(a, NN, "a");
 	ALLOC_F(b, NN, "b");
@@ -241,12 +255,11 @@ static flow_err_t bench_peak(bench_ctx_t *c)
 	fill_normal(a, NN, c->cfg, STREAM_A, 0.0f, 1.0f);
 	fill_normal(b, NN, c->cfg, STREAM_B, 0.0f, 1.0f / sqrtf((float)N));
 
-	record_init(rec, c->k, "sgemm", c->shape, c->cfg, c->rtol, c->atol);
 	BENCH_TIME_CALLS(c->cfg, c->samples, (void)0,
 			 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
 				     (int)N, (int)N, (int)N, 1.0f, a, (int)N,
 				     b, (int)N, 0.0f, out, (int)N));
-	record_time(rec, c->samples, c->cfg, 2.0 * N * N * N, 4.0 * 3 * NN);
+	record_time(c, rec, 2.0 * N * N * N, 4.0 * 3 * NN);
 	rec->frac_peak = rec->min_us / rec->time_us;
 
 	/* C = A . B^T is the matmul forward without bias. */
@@ -255,9 +268,7 @@ static flow_err_t bench_peak(bench_ctx_t *c)
 	flow_ref_matmul_forward(ref, a_rows, b, NULL, R, N, N);
 	record_check(rec, got, ref, R * N);
 
-out_free_buffers:
-	bench_bufs_release(&bufs);
-	return err;
+	return FLOW_OK;
 }
 
 double flow_bench_peak_gflops(const flow_bench_record_t *rec)
@@ -269,19 +280,15 @@ double flow_bench_peak_gflops(const flow_bench_record_t *rec)
 
 static flow_err_t bench_matmul(bench_ctx_t *c)
 {
-	bench_bufs_t bufs = { .count = 0 };
-	flow_diag_t *diag = c->diag;
-	flow_err_t err = FLOW_OK;
 	const flow_bench_config_t *cfg = c->cfg;
 	size_t N = D(0), IN = D(1), OUT = D(2); /* not I: <complex.h> */
 	size_t R = N < BENCH_CHECK_ROWS ? N : BENCH_CHECK_ROWS;
 	size_t RO = OUT < BENCH_CHECK_WROWS ? OUT : BENCH_CHECK_WROWS;
 	double gemm_flops = 2.0 * N * IN * OUT;
-	double blas_median, blas_min;
 	float *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
 	float *rows_in, *rows_out, *rows_ref, *cols_dout, *wrows, *wref, *bref;
-	flow_bench_record_t *fwd = &c->rec[c->nrec++];
-	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+	flow_bench_record_t *fwd = record_new(c, "fwd");
+	flow_bench_record_t *bwd = record_new(c, "bwd");
 
 	ALLOC_F(inp, N * IN, "inp");
 	ALLOC_F(weight, OUT * IN, "weight");
@@ -305,7 +312,6 @@ static flow_err_t bench_matmul(bench_ctx_t *c)
 	fill_normal(dout, N * OUT, cfg, STREAM_D, 0.0f, 1.0f);
 
 	/* Forward: check sampled rows of out. */
-	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_matmul_forward(out, inp, weight, bias, N, IN, OUT);
 	gather_rows(rows_in, inp, R, N, IN);
 	gather_rows(rows_out, out, R, N, OUT);
@@ -319,15 +325,12 @@ static flow_err_t bench_matmul(bench_ctx_t *c)
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
 				    (int)N, (int)OUT, (int)IN, 1.0f, inp, (int)IN,
 				    weight, (int)IN, 0.0f, out, (int)OUT));
-	record_time(fwd, c->samples, cfg, gemm_flops,
+	record_time(c, fwd, gemm_flops,
 		    4.0 * ((double)N * IN + (double)OUT * IN + OUT + (double)N * OUT));
-	flow_bench_median_min(c->peer_samples, cfg->iters, &blas_median, &blas_min);
-	fwd->blas_gflops = gemm_flops / blas_median / 1e3;
-	fwd->blas_ratio = fwd->gflops / fwd->blas_gflops;
+	record_blas(c, fwd);
 
 	/* Backward from zeroed gradients: sampled rows of dinp, sampled
 	 * rows of dweight and the matching dbias entries. */
-	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IN,
 				 OUT);
 	gather_rows(rows_out, dout, R, N, OUT); /* dout rows */
@@ -362,36 +365,25 @@ static flow_err_t bench_matmul(bench_ctx_t *c)
 					    (int)N, 1.0f, dout, (int)OUT, inp,
 					    (int)IN, 1.0f, dweight, (int)IN);
 			});
-	record_time(bwd, c->samples, cfg, 2.0 * gemm_flops,
+	record_time(c, bwd, 2.0 * gemm_flops,
 		    4.0 * ((double)N * OUT + 3.0 * N * IN + 3.0 * OUT * IN + 2.0 * OUT));
-	flow_bench_median_min(c->peer_samples, cfg->iters, &blas_median, &blas_min);
-	bwd->blas_gflops = 2.0 * gemm_flops / blas_median / 1e3;
-	bwd->blas_ratio = bwd->gflops / bwd->blas_gflops;
+	record_blas(c, bwd);
 
-out_free_buffers:
-	bench_bufs_release(&bufs);
-	return err;
+	return FLOW_OK;
 }
 
 /* ---- embedding -------------------------------------------------------------------- */
 
 static flow_err_t bench_embedding(bench_ctx_t *c)
 {
-	bench_bufs_t bufs = { .count = 0 };
-	flow_diag_t *diag = c->diag;
-	flow_err_t err = FLOW_OK;
 	const flow_bench_config_t *cfg = c->cfg;
 	size_t B = D(0), T = D(1), C = D(2), V = D(3), BTC = B * T * C;
 	float *wte, *wpe, *out, *ref, *dout, *dwte, *dwpe, *dwte_ref, *dwpe_ref;
 	int32_t *tokens;
-	flow_bench_record_t *fwd = &c->rec[c->nrec++];
-	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+	flow_bench_record_t *fwd = record_new(c, "fwd");
+	flow_bench_record_t *bwd = record_new(c, "bwd");
 
-	if (!(tokens = bench_alloc(&bufs, B * T, sizeof(int32_t), "tokens",
-				   diag))) {
-		err = FLOW_ERR_NOMEM;
-		goto out_free_buffers;
-	}
+	ALLOC(tokens, B * T, sizeof(int32_t), "tokens");
 	ALLOC_F(wte, V * C, "wte");
 	ALLOC_F(wpe, T * C, "wpe");
 	ALLOC_F(out, BTC, "out");
@@ -406,16 +398,14 @@ static flow_err_t bench_embedding(bench_ctx_t *c)
 	fill_normal(wpe, T * C, cfg, STREAM_B, 0.0f, 1.0f);
 	fill_normal(dout, BTC, cfg, STREAM_C, 0.0f, 1.0f);
 
-	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_embedding_forward(out, tokens, wte, wpe, B, T, C);
 	flow_ref_embedding_forward(ref, tokens, wte, wpe, B, T, C);
 	record_check(fwd, out, ref, BTC);
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_embedding_forward(out, tokens, wte, wpe, B, T, C));
-	record_time(fwd, c->samples, cfg, (double)BTC,
+	record_time(c, fwd, (double)BTC,
 		    4.0 * (2.0 * BTC + (double)T * C + (double)B * T));
 
-	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
 	flow_ref_embedding_backward(dwte_ref, dwpe_ref, dout, tokens, B, T, C);
 	record_check(bwd, dwte, dwte_ref, V * C);
@@ -423,27 +413,22 @@ static flow_err_t bench_embedding(bench_ctx_t *c)
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_embedding_backward(dwte, dwpe, dout, tokens,
 						     B, T, C));
-	record_time(bwd, c->samples, cfg, 2.0 * BTC,
+	record_time(c, bwd, 2.0 * BTC,
 		    4.0 * (3.0 * BTC + 2.0 * T * C + (double)B * T));
 
-out_free_buffers:
-	bench_bufs_release(&bufs);
-	return err;
+	return FLOW_OK;
 }
 
 /* ---- layernorm ------------------------------------------------------------------------ */
 
 static flow_err_t bench_layernorm(bench_ctx_t *c)
 {
-	bench_bufs_t bufs = { .count = 0 };
-	flow_diag_t *diag = c->diag;
-	flow_err_t err = FLOW_OK;
 	const flow_bench_config_t *cfg = c->cfg;
 	size_t N = D(0), C = D(1), NC = N * C;
 	float *inp, *w, *bias, *out, *mean, *rstd, *out_ref, *mean_ref, *rstd_ref;
 	float *dout, *dinp, *dw, *db, *dinp_ref, *dw_ref, *db_ref;
-	flow_bench_record_t *fwd = &c->rec[c->nrec++];
-	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+	flow_bench_record_t *fwd = record_new(c, "fwd");
+	flow_bench_record_t *bwd = record_new(c, "bwd");
 
 	ALLOC_F(inp, NC, "inp");
 	ALLOC_F(w, C, "weight");
@@ -467,7 +452,6 @@ static flow_err_t bench_layernorm(bench_ctx_t *c)
 	fill_uniform(bias, C, cfg, STREAM_C, -0.5f, 0.5f);
 	fill_normal(dout, NC, cfg, STREAM_D, 0.0f, 1.0f);
 
-	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_layernorm_forward(out, mean, rstd, inp, w, bias, N, C);
 	flow_ref_layernorm_forward(out_ref, mean_ref, rstd_ref, inp, w, bias, N,
 				   C);
@@ -477,11 +461,9 @@ static flow_err_t bench_layernorm(bench_ctx_t *c)
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_layernorm_forward(out, mean, rstd, inp, w,
 						    bias, N, C));
-	record_time(fwd, c->samples, cfg, 8.0 * NC,
-		    4.0 * (2.0 * NC + 2.0 * C + 2.0 * N));
+	record_time(c, fwd, 8.0 * NC, 4.0 * (2.0 * NC + 2.0 * C + 2.0 * N));
 
 	/* Both backward passes get the reference statistics as input. */
-	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_layernorm_backward(dinp, dw, db, dout, inp, w, mean_ref,
 				    rstd_ref, N, C);
 	flow_ref_layernorm_backward(dinp_ref, dw_ref, db_ref, dout, inp, w,
@@ -492,26 +474,20 @@ static flow_err_t bench_layernorm(bench_ctx_t *c)
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_layernorm_backward(dinp, dw, db, dout, inp, w,
 						     mean_ref, rstd_ref, N, C));
-	record_time(bwd, c->samples, cfg, 14.0 * NC,
-		    4.0 * (4.0 * NC + 5.0 * C + 2.0 * N));
+	record_time(c, bwd, 14.0 * NC, 4.0 * (4.0 * NC + 5.0 * C + 2.0 * N));
 
-out_free_buffers:
-	bench_bufs_release(&bufs);
-	return err;
+	return FLOW_OK;
 }
 
 /* ---- GELU --------------------------------------------------------------------------------- */
 
 static flow_err_t bench_gelu(bench_ctx_t *c)
 {
-	bench_bufs_t bufs = { .count = 0 };
-	flow_diag_t *diag = c->diag;
-	flow_err_t err = FLOW_OK;
 	const flow_bench_config_t *cfg = c->cfg;
 	size_t N = D(0);
 	float *inp, *out, *ref, *dout, *dinp, *dinp_ref;
-	flow_bench_record_t *fwd = &c->rec[c->nrec++];
-	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+	flow_bench_record_t *fwd = record_new(c, "fwd");
+	flow_bench_record_t *bwd = record_new(c, "bwd");
 
 	ALLOC_F(inp, N, "inp");
 	ALLOC_F(out, N, "out");
@@ -522,42 +498,35 @@ static flow_err_t bench_gelu(bench_ctx_t *c)
 	fill_normal(inp, N, cfg, STREAM_A, 0.0f, 2.0f);
 	fill_normal(dout, N, cfg, STREAM_B, 0.0f, 1.0f);
 
-	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_gelu_forward(out, inp, N);
 	flow_ref_gelu_forward(ref, inp, N);
 	record_check(fwd, out, ref, N);
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_gelu_forward(out, inp, N));
-	record_time(fwd, c->samples, cfg, 9.0 * N, 8.0 * N);
+	record_time(c, fwd, 9.0 * N, 8.0 * N);
 
-	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_gelu_backward(dinp, inp, dout, N);
 	flow_ref_gelu_backward(dinp_ref, inp, dout, N);
 	record_check(bwd, dinp, dinp_ref, N);
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_gelu_backward(dinp, inp, dout, N));
-	record_time(bwd, c->samples, cfg, 18.0 * N, 16.0 * N);
+	record_time(c, bwd, 18.0 * N, 16.0 * N);
 
-out_free_buffers:
-	bench_bufs_release(&bufs);
-	return err;
+	return FLOW_OK;
 }
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
 static flow_err_t bench_attention(bench_ctx_t *c)
 {
-	bench_bufs_t bufs = { .count = 0 };
-	flow_diag_t *diag = c->diag;
-	flow_err_t err = FLOW_OK;
 	const flow_bench_config_t *cfg = c->cfg;
 	size_t B = D(0), T = D(1), C = D(2), NH = D(3), hs = C / NH;
 	size_t BTC = B * T * C, ATT = B * NH * T * T;
 	double pairs = (double)B * NH * T * (T + 1) / 2.0;
 	float *qkv, *out, *att, *out_ref, *att_ref, *dout, *dqkv, *dqkv_ref;
 	void *scratch, *scratch_ref;
-	flow_bench_record_t *fwd = &c->rec[c->nrec++];
-	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+	flow_bench_record_t *fwd = record_new(c, "fwd");
+	flow_bench_record_t *bwd = record_new(c, "bwd");
 
 	ALLOC_F(qkv, 3 * BTC, "qkv");
 	ALLOC_F(out, BTC, "out");
@@ -567,28 +536,23 @@ static flow_err_t bench_attention(bench_ctx_t *c)
 	ALLOC_F(dout, BTC, "dout");
 	ALLOC_F(dqkv, 3 * BTC, "dqkv");
 	ALLOC_F(dqkv_ref, 3 * BTC, "reference dqkv");
-	if (!(scratch = bench_alloc(&bufs, flow_cpu_attention_scratch_bound(B, T, C, NH),
-				    1, "attention scratch", diag)) ||
-	    !(scratch_ref = bench_alloc(&bufs, flow_ref_attention_scratch_bound(B, T, C, NH),
-					1, "reference attention scratch", diag))) {
-		err = FLOW_ERR_NOMEM;
-		goto out_free_buffers;
-	}
+	ALLOC(scratch, flow_cpu_attention_scratch_bound(B, T, C, NH), 1,
+	      "attention scratch");
+	ALLOC(scratch_ref, flow_ref_attention_scratch_bound(B, T, C, NH), 1,
+	      "reference attention scratch");
 	fill_normal(qkv, 3 * BTC, cfg, STREAM_A, 0.0f, 1.0f);
 	fill_normal(dout, BTC, cfg, STREAM_B, 0.0f, 1.0f);
 
-	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_attention_forward(out, att, qkv, B, T, C, NH);
 	flow_ref_attention_forward(out_ref, att_ref, qkv, B, T, C, NH);
 	record_check(fwd, out, out_ref, BTC);
 	record_check(fwd, att, att_ref, ATT);
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_attention_forward(out, att, qkv, B, T, C, NH));
-	record_time(fwd, c->samples, cfg, pairs * (4.0 * hs + 4.0),
+	record_time(c, fwd, pairs * (4.0 * hs + 4.0),
 		    4.0 * (4.0 * BTC + (double)ATT));
 
 	/* Both backward passes read the reference probabilities. */
-	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_attention_backward(dqkv, scratch, dout, qkv, att_ref, B, T, C,
 				    NH);
 	flow_ref_attention_backward(dqkv_ref, scratch_ref, dout, qkv, att_ref,
@@ -597,26 +561,21 @@ static flow_err_t bench_attention(bench_ctx_t *c)
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_attention_backward(dqkv, scratch, dout, qkv,
 						     att_ref, B, T, C, NH));
-	record_time(bwd, c->samples, cfg, pairs * (8.0 * hs + 4.0),
+	record_time(c, bwd, pairs * (8.0 * hs + 4.0),
 		    4.0 * (10.0 * BTC + (double)ATT));
 
-out_free_buffers:
-	bench_bufs_release(&bufs);
-	return err;
+	return FLOW_OK;
 }
 
 /* ---- residual ------------------------------------------------------------------------------- */
 
 static flow_err_t bench_residual(bench_ctx_t *c)
 {
-	bench_bufs_t bufs = { .count = 0 };
-	flow_diag_t *diag = c->diag;
-	flow_err_t err = FLOW_OK;
 	const flow_bench_config_t *cfg = c->cfg;
 	size_t N = D(0);
 	float *a, *b, *out, *ref, *dout, *da, *db, *da_ref, *db_ref;
-	flow_bench_record_t *fwd = &c->rec[c->nrec++];
-	flow_bench_record_t *bwd = &c->rec[c->nrec++];
+	flow_bench_record_t *fwd = record_new(c, "fwd");
+	flow_bench_record_t *bwd = record_new(c, "bwd");
 
 	ALLOC_F(a, N, "a");
 	ALLOC_F(b, N, "b");
@@ -636,26 +595,22 @@ static flow_err_t bench_residual(bench_ctx_t *c)
 	memcpy(da_ref, da, N * sizeof(float));
 	memcpy(db_ref, db, N * sizeof(float));
 
-	record_init(fwd, c->k, "fwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_residual_forward(out, a, b, N);
 	flow_ref_residual_forward(ref, a, b, N);
 	record_check(fwd, out, ref, N);
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_residual_forward(out, a, b, N));
-	record_time(fwd, c->samples, cfg, (double)N, 12.0 * N);
+	record_time(c, fwd, (double)N, 12.0 * N);
 
-	record_init(bwd, c->k, "bwd", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_residual_backward(da, db, dout, N);
 	flow_ref_residual_backward(da_ref, db_ref, dout, N);
 	record_check(bwd, da, da_ref, N);
 	record_check(bwd, db, db_ref, N);
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_residual_backward(da, db, dout, N));
-	record_time(bwd, c->samples, cfg, 2.0 * N, 20.0 * N);
+	record_time(c, bwd, 2.0 * N, 20.0 * N);
 
-out_free_buffers:
-	bench_bufs_release(&bufs);
-	return err;
+	return FLOW_OK;
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------- */
@@ -665,20 +620,13 @@ out_free_buffers:
 
 static flow_err_t bench_crossentropy(bench_ctx_t *c)
 {
-	bench_bufs_t bufs = { .count = 0 };
-	flow_diag_t *diag = c->diag;
-	flow_err_t err = FLOW_OK;
 	const flow_bench_config_t *cfg = c->cfg;
 	size_t N = D(0), V = D(1), Vp = D(2), NV = N * Vp;
 	float *logits0, *logits, *logits_ref, *losses, *losses_ref;
 	int32_t *targets;
-	flow_bench_record_t *rec = &c->rec[c->nrec++];
+	flow_bench_record_t *rec = record_new(c, "fused");
 
-	if (!(targets = bench_alloc(&bufs, N, sizeof(int32_t), "targets",
-				    diag))) {
-		err = FLOW_ERR_NOMEM;
-		goto out_free_buffers;
-	}
+	ALLOC(targets, N, sizeof(int32_t), "targets");
 	ALLOC_F(logits0, NV, "logits");
 	ALLOC_F(logits, NV, "logits (in place)");
 	ALLOC_F(logits_ref, NV, "reference logits");
@@ -692,7 +640,6 @@ static flow_err_t bench_crossentropy(bench_ctx_t *c)
 	memcpy(logits, logits0, NV * sizeof(float));
 	memcpy(logits_ref, logits0, NV * sizeof(float));
 
-	record_init(rec, c->k, "fused", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_cross_entropy_forward_backward(losses, logits, targets, N, V,
 						Vp, 1.0f);
 	flow_ref_cross_entropy_forward_backward(losses_ref, logits_ref, targets,
@@ -704,21 +651,15 @@ static flow_err_t bench_crossentropy(bench_ctx_t *c)
 			 flow_cpu_cross_entropy_forward_backward(losses, logits,
 								 targets, N, V,
 								 Vp, 1.0f));
-	record_time(rec, c->samples, cfg, 5.0 * N * V,
-		    4.0 * (2.0 * NV + 2.0 * N));
+	record_time(c, rec, 5.0 * N * V, 4.0 * (2.0 * NV + 2.0 * N));
 
-out_free_buffers:
-	bench_bufs_release(&bufs);
-	return err;
+	return FLOW_OK;
 }
 
 /* ---- AdamW ------------------------------------------------------------------------------------ */
 
 static flow_err_t bench_adamw(bench_ctx_t *c)
 {
-	bench_bufs_t bufs = { .count = 0 };
-	flow_diag_t *diag = c->diag;
-	flow_err_t err = FLOW_OK;
 	const flow_bench_config_t *cfg = c->cfg;
 	size_t N = D(0);
 	/* GPT-2 training values (llm.c), a decayed tensor, step 10. */
@@ -727,7 +668,7 @@ static flow_err_t bench_adamw(bench_ctx_t *c)
 					 .weight_decay = 0.1f };
 	const uint64_t step = 10;
 	float *p, *g, *m, *v, *p_ref, *m_ref, *v_ref;
-	flow_bench_record_t *rec = &c->rec[c->nrec++];
+	flow_bench_record_t *rec = record_new(c, "update");
 
 	ALLOC_F(p, N, "param");
 	ALLOC_F(g, N, "grad");
@@ -744,7 +685,6 @@ static flow_err_t bench_adamw(bench_ctx_t *c)
 	memcpy(m_ref, m, N * sizeof(float));
 	memcpy(v_ref, v, N * sizeof(float));
 
-	record_init(rec, c->k, "update", c->shape, cfg, c->rtol, c->atol);
 	flow_cpu_adamw_update(p, g, m, v, N, &hp, step, true);
 	flow_ref_adamw_update(p_ref, g, m_ref, v_ref, N, &hp, step, true);
 	record_check(rec, p, p_ref, N);
@@ -754,11 +694,9 @@ static flow_err_t bench_adamw(bench_ctx_t *c)
 	 * depend on the values. */
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_adamw_update(p, g, m, v, N, &hp, step, true));
-	record_time(rec, c->samples, cfg, 15.0 * N, 28.0 * N);
+	record_time(c, rec, 15.0 * N, 28.0 * N);
 
-out_free_buffers:
-	bench_bufs_release(&bufs);
-	return err;
+	return FLOW_OK;
 }
 
 /* ---- gradient-norm clipping ------------------------------------------------------------------ */
@@ -767,25 +705,19 @@ out_free_buffers:
 
 static flow_err_t bench_gradnorm(bench_ctx_t *c)
 {
-	bench_bufs_t bufs = { .count = 0 };
-	flow_diag_t *diag = c->diag;
-	flow_err_t err = FLOW_OK;
 	const flow_bench_config_t *cfg = c->cfg;
 	size_t N = D(0), K = c->shape->ndims > 1 ? D(1) : 1;
 	float *g0, *g, *g_ref, norm[1], norm_ref[1];
 	float **ptrs, **ptrs_ref;
 	size_t *counts;
-	flow_bench_record_t *rec = &c->rec[c->nrec++];
+	flow_bench_record_t *rec = record_new(c, "clip");
 
 	ALLOC_F(g0, N, "gradients");
 	ALLOC_F(g, N, "gradients (clipped)");
 	ALLOC_F(g_ref, N, "reference gradients");
-	if (!(ptrs = bench_alloc(&bufs, K, sizeof(*ptrs), "tensor list", diag)) ||
-	    !(ptrs_ref = bench_alloc(&bufs, K, sizeof(*ptrs), "tensor list", diag)) ||
-	    !(counts = bench_alloc(&bufs, K, sizeof(*counts), "tensor sizes", diag))) {
-		err = FLOW_ERR_NOMEM;
-		goto out_free_buffers;
-	}
+	ALLOC(ptrs, K, sizeof(*ptrs), "tensor list");
+	ALLOC(ptrs_ref, K, sizeof(*ptrs), "tensor list");
+	ALLOC(counts, K, sizeof(*counts), "tensor sizes");
 	/* K tensors, the first N % K one element longer. */
 	for (size_t k = 0, off = 0; k < K; k++) {
 		counts[k] = N / K + (k < N % K);
@@ -797,7 +729,6 @@ static flow_err_t bench_gradnorm(bench_ctx_t *c)
 	memcpy(g, g0, N * sizeof(float));
 	memcpy(g_ref, g0, N * sizeof(float));
 
-	record_init(rec, c->k, "clip", c->shape, cfg, c->rtol, c->atol);
 	norm[0] = flow_cpu_clip_grad_norm(ptrs, counts, K, BENCH_CLIP_MAX_NORM);
 	norm_ref[0] = flow_ref_clip_grad_norm(ptrs_ref, counts, K,
 					      BENCH_CLIP_MAX_NORM);
@@ -806,11 +737,9 @@ static flow_err_t bench_gradnorm(bench_ctx_t *c)
 	BENCH_TIME_CALLS(cfg, c->samples, memcpy(g, g0, N * sizeof(float)),
 			 (void)flow_cpu_clip_grad_norm(ptrs, counts, K,
 						       BENCH_CLIP_MAX_NORM));
-	record_time(rec, c->samples, cfg, 3.0 * N, 12.0 * N);
+	record_time(c, rec, 3.0 * N, 12.0 * N);
 
-out_free_buffers:
-	bench_bufs_release(&bufs);
-	return err;
+	return FLOW_OK;
 }
 
 #undef D
@@ -1045,16 +974,20 @@ flow_err_t flow_bench_kernel_run(flow_bench_kernel_t k,
 	c.atol = cfg->atol >= 0 ? cfg->atol : e->atol;
 	c.samples = flow_calloc(cfg->iters, sizeof(double));
 	c.peer_samples = flow_calloc(cfg->iters, sizeof(double));
-	if (!c.samples || !c.peer_samples)
+	if (!c.samples || !c.peer_samples) {
+		flow_free(c.samples);
+		flow_free(c.peer_samples);
 		return flow_diag_errno(diag, FLOW_ERR_NOMEM, ENOMEM,
 				       "cannot allocate 'timing samples' (%u x %zu bytes)",
 				       cfg->iters, sizeof(double));
+	}
 	if (flow_log_enabled(FLOW_LOG_DEBUG)) {
 		char s[64];
 		flow_bench_shape_format(shape, s, sizeof(s));
 		flow_log(FLOW_LOG_DEBUG, "benchmarking %s %s", e->name, s);
 	}
 	err = e->run(&c);
+	bench_bufs_release(&c.bufs);
 	flow_free(c.samples);
 	flow_free(c.peer_samples);
 	if (err != FLOW_OK)

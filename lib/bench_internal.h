@@ -7,8 +7,9 @@
 
 #include <flow/bench.h>
 
-/* Every buffer of one benchmark run, freed together by bench_bufs_release():
- * a run has a single cleanup label however many tensors it needs. */
+/* Every buffer of one benchmark run, freed together by bench_bufs_release()
+ * when the run is over: a bench function has no cleanup of its own however
+ * many tensors it needs. */
 #define BENCH_MAX_BUFS 24
 
 typedef struct bench_bufs {

@@ -82,6 +82,7 @@ static const void *fixture_need(const flow_fixture_t *fx, const char *name,
 	return p;
 }
 
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define NDIMS(...) (sizeof((size_t[]){ __VA_ARGS__ }) / sizeof(size_t))
 /* F32(fx, "name", d0, d1, ...): the array with exactly that shape. */
 #define F32(fx, name, ...)                                                 \
@@ -181,8 +182,81 @@ static void check_same(const char *fixture, const char *what,
 		fail_msg("%s %s: changed but must not", fixture, what);
 }
 
+/* Frees every buffer listed: BUFS_FREE(out, mean, rstd). */
+static void bufs_free(void *const *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		flow_free(p[i]);
+}
+
+#define BUFS_FREE(...)                                                     \
+	bufs_free((void *[]){ __VA_ARGS__ },                               \
+		  sizeof((void *[]){ __VA_ARGS__ }) / sizeof(void *))
+
 /* Which optional gradients a backward run asks for. */
 enum { WANT_0 = 1, WANT_1 = 2, WANT_2 = 4, WANT_ALL = 7 };
+
+/* One gradient a backward kernel may be asked for: its buffer, started with
+ * buf_start(n, fill), an untouched copy of that start, and the fixture
+ * array (of the same name) that holds what the kernel must add. */
+typedef struct {
+	const char *what;
+	size_t ndim, dims[4], n;
+	float fill;
+	bool wanted;
+	float *buf, *start;
+} grad_t;
+
+static grad_t grad_new(const char *what, float fill, bool wanted,
+		       size_t ndim, const size_t *dims)
+{
+	grad_t g = { .what = what, .ndim = ndim, .n = 1, .fill = fill,
+		     .wanted = wanted };
+
+	assert_true(ndim <= sizeof(g.dims) / sizeof(g.dims[0]));
+	for (size_t k = 0; k < ndim; k++) {
+		g.dims[k] = dims[k];
+		g.n *= dims[k];
+	}
+	g.buf = buf_start(g.n, fill);
+	g.start = buf_copy(g.buf, g.n);
+	return g;
+}
+
+/* GRAD("dweight", fill, wanted, d0, d1, ...): a gradient of that shape. */
+#define GRAD(what, fill, wanted, ...)                                      \
+	grad_new(what, fill, wanted, NDIMS(__VA_ARGS__),                   \
+		 (size_t[]){ __VA_ARGS__ })
+
+/* The kernel's argument: the buffer, or NULL when it is not wanted. */
+static float *grad_arg(const grad_t *g)
+{
+	return g->wanted ? g->buf : NULL;
+}
+
+/* A wanted gradient must hold its start plus the fixture's gradient, to
+ * atol + rtol*|ref|; one not wanted must still hold its start, bit for
+ * bit. */
+static void grad_check(const flow_fixture_t *fx, const char *fixture,
+		       const grad_t *g, double atol, double rtol)
+{
+	if (g->wanted) {
+		const float *ref = fixture_need(fx, g->what, FLOW_FIXTURE_F32,
+						g->ndim, g->dims);
+		float *e = buf_expect(ref, g->n, g->fill);
+
+		check_close(fixture, g->what, g->buf, e, g->n, atol, rtol);
+		flow_free(e);
+	} else {
+		check_same(fixture, g->what, g->buf, g->start, g->n);
+	}
+}
+
+static void grad_release(grad_t *g)
+{
+	BUFS_FREE(g->buf, g->start);
+	g->buf = g->start = NULL;
+}
 
 /* ---- fixture reader ----------------------------------------------------------*/
 
@@ -264,7 +338,7 @@ static const char *const matmul_fixtures[] = { "matmul_small", "matmul_row1",
 static void test_kernels_matmul_forward_matches_torch(void **state)
 {
 	(void)state;
-	for (size_t c = 0; c < sizeof(matmul_fixtures) / sizeof(char *); c++) {
+	for (size_t c = 0; c < ARRAY_SIZE(matmul_fixtures); c++) {
 		const char *name = matmul_fixtures[c];
 		flow_fixture_t fx = { 0 };
 		fixture_load(&fx, name);
@@ -286,58 +360,27 @@ static void test_kernels_matmul_forward_matches_torch(void **state)
 
 static void matmul_backward_run(float fill, unsigned want)
 {
-	for (size_t c = 0; c < sizeof(matmul_fixtures) / sizeof(char *); c++) {
+	for (size_t c = 0; c < ARRAY_SIZE(matmul_fixtures); c++) {
 		const char *name = matmul_fixtures[c];
 		flow_fixture_t fx = { 0 };
 		fixture_load(&fx, name);
 		const int32_t *d = fixture_dims(&fx, 3);
 		size_t n = (size_t)d[0], i = (size_t)d[1], o = (size_t)d[2];
 		bool has_bias = flow_fixture_find(&fx, "bias") != NULL;
-		float *dinp = buf_start(n * i, fill);
-		float *dw = buf_start(o * i, fill);
-		float *db = buf_start(o, fill);
-		float *dinp0 = buf_copy(dinp, n * i);
-		float *dw0 = buf_copy(dw, o * i);
-		float *db0 = buf_copy(db, o);
+		grad_t dinp = GRAD("dinp", fill, want & WANT_0, n, i);
+		grad_t dw = GRAD("dweight", fill, want & WANT_1, o, i);
+		grad_t db = GRAD("dbias", fill, has_bias && (want & WANT_2), o);
 
-		flow_cpu_matmul_backward(want & WANT_0 ? dinp : NULL,
-					 want & WANT_1 ? dw : NULL,
-					 has_bias && (want & WANT_2) ? db :
-								       NULL,
-					 F32(&fx, "dout", n, o),
+		flow_cpu_matmul_backward(grad_arg(&dinp), grad_arg(&dw),
+					 grad_arg(&db), F32(&fx, "dout", n, o),
 					 F32(&fx, "inp", n, i),
 					 F32(&fx, "weight", o, i), n, i, o);
-		if (want & WANT_0) {
-			float *e = buf_expect(F32(&fx, "dinp", n, i), n * i,
-					      fill);
-			check_close(name, "dinp", dinp, e, n * i, ATOL_SUM,
-				    RTOL);
-			flow_free(e);
-		} else {
-			check_same(name, "dinp", dinp, dinp0, n * i);
-		}
-		if (want & WANT_1) {
-			float *e = buf_expect(F32(&fx, "dweight", o, i), o * i,
-					      fill);
-			check_close(name, "dweight", dw, e, o * i, ATOL_SUM,
-				    RTOL);
-			flow_free(e);
-		} else {
-			check_same(name, "dweight", dw, dw0, o * i);
-		}
-		if (has_bias && (want & WANT_2)) {
-			float *e = buf_expect(F32(&fx, "dbias", o), o, fill);
-			check_close(name, "dbias", db, e, o, ATOL_SUM, RTOL);
-			flow_free(e);
-		} else {
-			check_same(name, "dbias", db, db0, o);
-		}
-		flow_free(dinp);
-		flow_free(dw);
-		flow_free(db);
-		flow_free(dinp0);
-		flow_free(dw0);
-		flow_free(db0);
+		grad_check(&fx, name, &dinp, ATOL_SUM, RTOL);
+		grad_check(&fx, name, &dw, ATOL_SUM, RTOL);
+		grad_check(&fx, name, &db, ATOL_SUM, RTOL);
+		grad_release(&dinp);
+		grad_release(&dw);
+		grad_release(&db);
 		flow_fixture_release(&fx);
 	}
 }
@@ -371,8 +414,7 @@ static const char *const embedding_fixtures[] = { "embedding_small",
 static void test_kernels_embedding_forward_matches_torch(void **state)
 {
 	(void)state;
-	for (size_t c = 0; c < sizeof(embedding_fixtures) / sizeof(char *);
-	     c++) {
+	for (size_t c = 0; c < ARRAY_SIZE(embedding_fixtures); c++) {
 		const char *name = embedding_fixtures[c];
 		flow_fixture_t fx = { 0 };
 		fixture_load(&fx, name);
@@ -393,45 +435,23 @@ static void test_kernels_embedding_forward_matches_torch(void **state)
 
 static void embedding_backward_run(float fill, unsigned want)
 {
-	for (size_t c = 0; c < sizeof(embedding_fixtures) / sizeof(char *);
-	     c++) {
+	for (size_t c = 0; c < ARRAY_SIZE(embedding_fixtures); c++) {
 		const char *name = embedding_fixtures[c];
 		flow_fixture_t fx = { 0 };
 		fixture_load(&fx, name);
 		const int32_t *d = fixture_dims(&fx, 4);
 		size_t B = (size_t)d[0], T = (size_t)d[1], C = (size_t)d[2],
 		       V = (size_t)d[3];
-		float *dwte = buf_start(V * C, fill);
-		float *dwpe = buf_start(T * C, fill);
-		float *dwte0 = buf_copy(dwte, V * C);
-		float *dwpe0 = buf_copy(dwpe, T * C);
+		grad_t dwte = GRAD("dwte", fill, want & WANT_0, V, C);
+		grad_t dwpe = GRAD("dwpe", fill, want & WANT_1, T, C);
 
-		flow_cpu_embedding_backward(want & WANT_0 ? dwte : NULL,
-					    want & WANT_1 ? dwpe : NULL,
+		flow_cpu_embedding_backward(grad_arg(&dwte), grad_arg(&dwpe),
 					    F32(&fx, "dout", B, T, C),
 					    I32(&fx, "tokens", B, T), B, T, C);
-		if (want & WANT_0) {
-			float *e = buf_expect(F32(&fx, "dwte", V, C), V * C,
-					      fill);
-			check_close(name, "dwte", dwte, e, V * C, ATOL_SUM,
-				    RTOL);
-			flow_free(e);
-		} else {
-			check_same(name, "dwte", dwte, dwte0, V * C);
-		}
-		if (want & WANT_1) {
-			float *e = buf_expect(F32(&fx, "dwpe", T, C), T * C,
-					      fill);
-			check_close(name, "dwpe", dwpe, e, T * C, ATOL_SUM,
-				    RTOL);
-			flow_free(e);
-		} else {
-			check_same(name, "dwpe", dwpe, dwpe0, T * C);
-		}
-		flow_free(dwte);
-		flow_free(dwpe);
-		flow_free(dwte0);
-		flow_free(dwpe0);
+		grad_check(&fx, name, &dwte, ATOL_SUM, RTOL);
+		grad_check(&fx, name, &dwpe, ATOL_SUM, RTOL);
+		grad_release(&dwte);
+		grad_release(&dwpe);
 		flow_fixture_release(&fx);
 	}
 }
@@ -465,8 +485,7 @@ static const char *const layernorm_fixtures[] = { "layernorm_small",
 static void test_kernels_layernorm_forward_matches_torch(void **state)
 {
 	(void)state;
-	for (size_t c = 0; c < sizeof(layernorm_fixtures) / sizeof(char *);
-	     c++) {
+	for (size_t c = 0; c < ARRAY_SIZE(layernorm_fixtures); c++) {
 		const char *name = layernorm_fixtures[c];
 		flow_fixture_t fx = { 0 };
 		fixture_load(&fx, name);
@@ -489,17 +508,14 @@ static void test_kernels_layernorm_forward_matches_torch(void **state)
 		 * relative. */
 		check_close(name, "rstd", rstd, F32(&fx, "rstd", n), n, 0.0,
 			    RTOL);
-		flow_free(out);
-		flow_free(mean);
-		flow_free(rstd);
+		BUFS_FREE(out, mean, rstd);
 		flow_fixture_release(&fx);
 	}
 }
 
 static void layernorm_backward_run(float fill, unsigned want)
 {
-	for (size_t c = 0; c < sizeof(layernorm_fixtures) / sizeof(char *);
-	     c++) {
+	for (size_t c = 0; c < ARRAY_SIZE(layernorm_fixtures); c++) {
 		const char *name = layernorm_fixtures[c];
 		flow_fixture_t fx = { 0 };
 		fixture_load(&fx, name);
@@ -509,54 +525,28 @@ static void layernorm_backward_run(float fill, unsigned want)
 		const float *w = F32(&fx, "weight", C);
 		float *out = buf_new(n * C);
 		float *mean = buf_new(n), *rstd = buf_new(n);
-		float *dinp = buf_start(n * C, fill);
-		float *dw = buf_start(C, fill), *db = buf_start(C, fill);
-		float *dinp0 = buf_copy(dinp, n * C);
-		float *dw0 = buf_copy(dw, C), *db0 = buf_copy(db, C);
+		grad_t dinp = GRAD("dinp", fill, want & WANT_0, n, C);
+		grad_t dw = GRAD("dweight", fill, want & WANT_1, C);
+		grad_t db = GRAD("dbias", fill, want & WANT_2, C);
 
 		/* mean and rstd come from our own forward, as in training. */
 		flow_cpu_layernorm_forward(out, mean, rstd, inp, w,
 					   F32(&fx, "bias", C), n, C);
-		flow_cpu_layernorm_backward(want & WANT_0 ? dinp : NULL,
-					    want & WANT_1 ? dw : NULL,
-					    want & WANT_2 ? db : NULL,
+		flow_cpu_layernorm_backward(grad_arg(&dinp), grad_arg(&dw),
+					    grad_arg(&db),
 					    F32(&fx, "dout", n, C), inp, w,
 					    mean, rstd, n, C);
-		if (want & WANT_0) {
-			float *e = buf_expect(F32(&fx, "dinp", n, C), n * C,
-					      fill);
-			/* dinp is rstd * (dn - mean(dn) - n*mean(dn*n)):
-			 * three cancelling O(1) terms times rstd, which is
-			 * 316 for the C = 1 case (where dinp is exactly 0
-			 * and the terms cancel to ~eps*316). */
-			check_close(name, "dinp", dinp, e, n * C, 1e-4, RTOL);
-			flow_free(e);
-		} else {
-			check_same(name, "dinp", dinp, dinp0, n * C);
-		}
-		if (want & WANT_1) {
-			float *e = buf_expect(F32(&fx, "dweight", C), C, fill);
-			check_close(name, "dweight", dw, e, C, ATOL_SUM, RTOL);
-			flow_free(e);
-		} else {
-			check_same(name, "dweight", dw, dw0, C);
-		}
-		if (want & WANT_2) {
-			float *e = buf_expect(F32(&fx, "dbias", C), C, fill);
-			check_close(name, "dbias", db, e, C, ATOL_SUM, RTOL);
-			flow_free(e);
-		} else {
-			check_same(name, "dbias", db, db0, C);
-		}
-		flow_free(out);
-		flow_free(mean);
-		flow_free(rstd);
-		flow_free(dinp);
-		flow_free(dw);
-		flow_free(db);
-		flow_free(dinp0);
-		flow_free(dw0);
-		flow_free(db0);
+		/* dinp is rstd * (dn - mean(dn) - n*mean(dn*n)): three
+		 * cancelling O(1) terms times rstd, which is 316 for the
+		 * C = 1 case (where dinp is exactly 0 and the terms cancel
+		 * to ~eps*316). */
+		grad_check(&fx, name, &dinp, 1e-4, RTOL);
+		grad_check(&fx, name, &dw, ATOL_SUM, RTOL);
+		grad_check(&fx, name, &db, ATOL_SUM, RTOL);
+		BUFS_FREE(out, mean, rstd);
+		grad_release(&dinp);
+		grad_release(&dw);
+		grad_release(&db);
 		flow_fixture_release(&fx);
 	}
 }
@@ -638,8 +628,7 @@ static const char *const attention_fixtures[] = { "attention_small",
 static void test_kernels_attention_forward_matches_torch(void **state)
 {
 	(void)state;
-	for (size_t c = 0; c < sizeof(attention_fixtures) / sizeof(char *);
-	     c++) {
+	for (size_t c = 0; c < ARRAY_SIZE(attention_fixtures); c++) {
 		const char *name = attention_fixtures[c];
 		flow_fixture_t fx = { 0 };
 		fixture_load(&fx, name);
@@ -669,8 +658,7 @@ static void test_kernels_attention_forward_matches_torch(void **state)
 
 static void attention_backward_run(float fill)
 {
-	for (size_t c = 0; c < sizeof(attention_fixtures) / sizeof(char *);
-	     c++) {
+	for (size_t c = 0; c < ARRAY_SIZE(attention_fixtures); c++) {
 		const char *name = attention_fixtures[c];
 		flow_fixture_t fx = { 0 };
 		fixture_load(&fx, name);
@@ -695,11 +683,7 @@ static void attention_backward_run(float fill)
 					    att, B, T, C, NH);
 		check_close(name, "dqkv", dqkv, e, B * T * 3 * C, ATOL_SUM,
 			    RTOL);
-		flow_free(scratch);
-		flow_free(out);
-		flow_free(att);
-		flow_free(dqkv);
-		flow_free(e);
+		BUFS_FREE(scratch, out, att, dqkv, e);
 		flow_fixture_release(&fx);
 	}
 }
@@ -747,19 +731,11 @@ static void residual_backward_run(float fill, unsigned want)
 
 	flow_cpu_residual_backward(want & WANT_0 ? da : NULL,
 				   want & WANT_1 ? db : NULL, dout, n);
-	/* fill + dout is one float addition, exactly what the kernel does. */
-	if (want & WANT_0)
-		check_same("residual", "da", da, e, n);
-	else
-		check_same("residual", "da", da, start, n);
-	if (want & WANT_1)
-		check_same("residual", "db", db, e, n);
-	else
-		check_same("residual", "db", db, start, n);
-	flow_free(da);
-	flow_free(db);
-	flow_free(start);
-	flow_free(e);
+	/* fill + dout is one float addition, exactly what the kernel does:
+	 * a wanted gradient must be e bit for bit, one not wanted start. */
+	check_same("residual", "da", da, want & WANT_0 ? e : start, n);
+	check_same("residual", "db", db, want & WANT_1 ? e : start, n);
+	BUFS_FREE(da, db, start, e);
 	flow_fixture_release(&fx);
 }
 
@@ -791,7 +767,7 @@ static void test_kernels_cross_entropy_matches_torch(void **state)
 					     "cross_entropy_gpt2" };
 
 	(void)state;
-	for (size_t c = 0; c < sizeof(names) / sizeof(char *); c++) {
+	for (size_t c = 0; c < ARRAY_SIZE(names); c++) {
 		const char *name = names[c];
 		flow_fixture_t fx = { 0 };
 		fixture_load(&fx, name);
@@ -864,9 +840,7 @@ static void adamw_run(const char *name)
 		check_close(name, "v", v, rv + s * n, n, 0.0, RTOL);
 		check_close(name, "param", p, rp + s * n, n, 0.0, RTOL);
 	}
-	flow_free(p);
-	flow_free(m);
-	flow_free(v);
+	BUFS_FREE(p, m, v);
 	flow_fixture_release(&fx);
 }
 

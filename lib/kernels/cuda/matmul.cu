@@ -49,6 +49,22 @@ static __global__ void column_sum_kernel(float *__restrict__ dbias,
 	}
 }
 
+/* Every size must fit the int that cublasSgemm takes; func names the caller
+ * in diag. */
+static flow_err_t matmul_check(size_t n, size_t in_dim, size_t out_dim,
+			       const char *func, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+
+	FLOW_TRY(flow_cuda__check_size(diag, func, "n", n, INT_MAX), out);
+	FLOW_TRY(flow_cuda__check_size(diag, func, "in_dim", in_dim, INT_MAX),
+		 out);
+	FLOW_TRY(flow_cuda__check_size(diag, func, "out_dim", out_dim, INT_MAX),
+		 out);
+out:
+	return err;
+}
+
 flow_err_t flow_cuda_matmul_forward(float *out, const float *inp,
 				    const float *weight, const float *bias,
 				    size_t n, size_t in_dim, size_t out_dim,
@@ -60,12 +76,7 @@ flow_err_t flow_cuda_matmul_forward(float *out, const float *inp,
 
 	if (n == 0 || out_dim == 0)
 		return FLOW_OK;
-	FLOW_TRY(flow_cuda__check_size(diag, __func__, "n", n, INT_MAX), out);
-	FLOW_TRY(flow_cuda__check_size(diag, __func__, "in_dim", in_dim, INT_MAX),
-		 out);
-	FLOW_TRY(flow_cuda__check_size(diag, __func__, "out_dim", out_dim,
-				       INT_MAX),
-		 out);
+	FLOW_TRY(matmul_check(n, in_dim, out_dim, __func__, diag), out);
 	if (in_dim == 0) {
 		/* An empty sum: out = 0 (+ bias below). */
 		FLOW_CUDA_TRY(cudaMemsetAsync(out, 0, n * out_dim * sizeof(float),
@@ -106,12 +117,7 @@ flow_err_t flow_cuda_matmul_backward(float *dinp, float *dweight, float *dbias,
 	 * empty but dbias still gets its sums. */
 	if (n == 0 || out_dim == 0)
 		return FLOW_OK;
-	FLOW_TRY(flow_cuda__check_size(diag, __func__, "n", n, INT_MAX), out);
-	FLOW_TRY(flow_cuda__check_size(diag, __func__, "in_dim", in_dim, INT_MAX),
-		 out);
-	FLOW_TRY(flow_cuda__check_size(diag, __func__, "out_dim", out_dim,
-				       INT_MAX),
-		 out);
+	FLOW_TRY(matmul_check(n, in_dim, out_dim, __func__, diag), out);
 	if (in_dim > 0 && (dinp || dweight))
 		FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
 	if (in_dim > 0 && dinp) {
