@@ -363,7 +363,7 @@ flow_err_t flow_tensor_slice(const flow_tensor_t *t, int dim, int64_t start,
 				     "slice [%lld, %lld) outside dimension %d of extent %lld",
 				     (long long)start, (long long)(start + len),
 				     dim, (long long)t->shape.dims[dim]);
-	flow_tensor_t *v;
+	flow_tensor_t *v = NULL;
 	flow_err_t err = view_new(t, &v, diag);
 	if (err != FLOW_OK)
 		return err;
@@ -380,7 +380,7 @@ flow_err_t flow_tensor_transpose(const flow_tensor_t *t, int a, int b,
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "invalid dimensions %d, %d for a rank-%d tensor",
 				     a, b, t->shape.ndim);
-	flow_tensor_t *v;
+	flow_tensor_t *v = NULL;
 	flow_err_t err = view_new(t, &v, diag);
 	if (err != FLOW_OK)
 		return err;
@@ -407,7 +407,7 @@ flow_err_t flow_tensor_reshape(const flow_tensor_t *t,
 	if (!flow_tensor_is_contiguous(t))
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "cannot reshape a non-contiguous view");
-	flow_tensor_t *v;
+	flow_tensor_t *v = NULL;
 	err = view_new(t, &v, diag);
 	if (err != FLOW_OK)
 		return err;
