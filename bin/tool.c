@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -212,12 +213,20 @@ void flow_tool_install_signal_cleanup(void)
 	signal(SIGPIPE, SIG_IGN);
 }
 
+/* True when standard output is a pipe whose reader has gone away: the
+ * EPIPE may have happened in an earlier write, whose errno is lost. */
+static bool stdout_reader_gone(void)
+{
+	struct pollfd p = { .fd = STDOUT_FILENO, .events = POLLOUT };
+	return poll(&p, 1, 0) == 1 && (p.revents & POLLERR);
+}
+
 int flow_tool_finish(const flow_tool_t *tool, int status)
 {
 	errno = 0;
 	int failed = fflush(stdout) != 0 || ferror(stdout);
 	/* Like git: a reader that went away early (| head) is not an error. */
-	if (failed && errno != EPIPE) {
+	if (failed && errno != EPIPE && !(errno == 0 && stdout_reader_gone())) {
 		int saved = errno;
 		fprintf(stderr, "%s: cannot write standard output%s%s\n",
 			tool->name, saved ? ": " : "",

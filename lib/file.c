@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <flow/file.h>
@@ -57,11 +58,96 @@ static void temp_unregister(int slot)
 	pthread_mutex_unlock(&temp_lock);
 }
 
+/* Temporary directories, in fixed slots for the same reason.  Their files
+ * are not listed: removal scans the directory with the getdents64 system
+ * call (readdir may allocate, so it is not async-signal-safe), which covers
+ * any number of files without a registry of names. */
+#define TEMP_DIR_SLOTS 8
+static char temp_dir_paths[TEMP_DIR_SLOTS][PATH_MAX];
+static volatile sig_atomic_t temp_dir_used[TEMP_DIR_SLOTS];
+
+/* Unlink every entry of directory path and remove it.  Async-signal-safe:
+ * only system calls and the caller's buffer.  Unlinking while scanning may
+ * make a file system skip entries, so scans repeat until one finds
+ * nothing (a few passes at most). */
+static void remove_dir_tree_flat(const char *path, char *buf, size_t cap)
+{
+	for (int pass = 0; pass < 16; pass++) {
+		int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			break;
+		int removed = 0;
+		for (;;) {
+			long n = syscall(SYS_getdents64, fd, buf, cap);
+			if (n <= 0)
+				break;
+			for (long at = 0; at < n;) {
+				/* struct linux_dirent64: u64 ino, s64 off,
+				 * u16 reclen, u8 type, char name[]. */
+				unsigned short reclen;
+				memcpy(&reclen, buf + at + 16, sizeof(reclen));
+				const char *name = buf + at + 19;
+				if (!(name[0] == '.' &&
+				      (name[1] == '\0' ||
+				       (name[1] == '.' && name[2] == '\0')))) {
+					if (unlinkat(fd, name, 0) == 0)
+						removed++;
+				}
+				at += reclen;
+			}
+		}
+		close(fd);
+		if (!removed)
+			break;
+	}
+	rmdir(path);
+}
+
 void flow_atomic_file_cleanup_all(void)
 {
+	static char buf[8192];
 	for (int i = 0; i < TEMP_SLOTS; i++)
 		if (temp_used[i])
 			unlink(temp_paths[i]);
+	for (int i = 0; i < TEMP_DIR_SLOTS; i++)
+		if (temp_dir_used[i])
+			remove_dir_tree_flat(temp_dir_paths[i], buf, sizeof(buf));
+}
+
+struct flow_temp_dir {
+	char *final_path;
+	char *temp_path;
+	int slot; /* index in temp_dir_paths, or -1 when not registered */
+};
+
+static int temp_dir_register(const char *path)
+{
+	int slot = -1;
+	if (strlen(path) >= PATH_MAX)
+		return -1;
+	pthread_mutex_lock(&temp_lock);
+	for (int i = 0; i < TEMP_DIR_SLOTS; i++) {
+		if (!temp_dir_used[i]) {
+			memcpy(temp_dir_paths[i], path, strlen(path) + 1);
+			temp_dir_used[i] = 1;
+			slot = i;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&temp_lock);
+	return slot;
+}
+
+static void temp_dir_destroy(flow_temp_dir_t *dir)
+{
+	if (dir->slot >= 0) {
+		pthread_mutex_lock(&temp_lock);
+		temp_dir_used[dir->slot] = 0;
+		pthread_mutex_unlock(&temp_lock);
+	}
+	free(dir->temp_path);
+	free(dir->final_path);
+	free(dir);
 }
 
 static char *dup_printf(const char *fmt, const char *a, long b)
@@ -300,5 +386,128 @@ out_free:
 	free(data);
 out_close:
 	close(fd);
+	return err;
+}
+
+flow_err_t flow_temp_dir_create(const char *path, flow_temp_dir_t **dir_out,
+				flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	struct stat st;
+	if (lstat(path, &st) == 0)
+		return flow_diag_set(diag, FLOW_ERR_IO,
+				     "output directory '%s' already exists",
+				     path);
+	flow_temp_dir_t *dir = calloc(1, sizeof(*dir));
+	if (!dir)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	dir->slot = -1;
+	dir->final_path = strdup(path);
+	/* "data/" names "data": the temporary goes beside it, not inside. */
+	for (size_t n = dir->final_path ? strlen(dir->final_path) : 0;
+	     n > 1 && dir->final_path[n - 1] == '/'; n--)
+		dir->final_path[n - 1] = '\0';
+	if (dir->final_path)
+		dir->temp_path = dup_printf("%s.tmp.%ld", dir->final_path,
+					    (long)getpid());
+	if (!dir->final_path || !dir->temp_path) {
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		goto out_free;
+	}
+	if (strlen(dir->temp_path) >= PATH_MAX) {
+		/* Unregistered, a signal could not remove it: refuse. */
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "path '%s' is too long", path);
+		goto out_free;
+	}
+	/* Register before creating, so no instant exists in which a signal
+	 * would leave the directory behind. */
+	dir->slot = temp_dir_register(dir->temp_path);
+	if (dir->slot < 0) {
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "too many temporary directories open (at most %d)",
+				    TEMP_DIR_SLOTS);
+		goto out_free;
+	}
+	if (mkdir(dir->temp_path, 0755) != 0) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot create directory '%s'",
+				      dir->temp_path);
+		goto out_free;
+	}
+	*dir_out = dir;
+	return FLOW_OK;
+
+out_free:
+	temp_dir_destroy(dir);
+	return err;
+}
+
+const char *flow_temp_dir_path(const flow_temp_dir_t *dir)
+{
+	return dir->temp_path;
+}
+
+void flow_temp_dir_abort(flow_temp_dir_t *dir)
+{
+	char buf[8192];
+	if (!dir)
+		return;
+	remove_dir_tree_flat(dir->temp_path, buf, sizeof(buf));
+	temp_dir_destroy(dir);
+}
+
+/* rename that fails with EEXIST instead of replacing an empty directory. */
+static int rename_noreplace(const char *from, const char *to)
+{
+#ifdef RENAME_NOREPLACE
+	if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return -1;
+#endif
+	/* The file system cannot refuse for us: check, then rename. */
+	struct stat st;
+	if (lstat(to, &st) == 0) {
+		errno = EEXIST;
+		return -1;
+	}
+	return rename(from, to);
+}
+
+flow_err_t flow_temp_dir_commit(flow_temp_dir_t *dir, flow_diag_t *diag)
+{
+	flow_err_t err = flow_fsync_dir(dir->temp_path, diag);
+	if (err != FLOW_OK)
+		goto out_abort;
+	if (rename_noreplace(dir->temp_path, dir->final_path) != 0) {
+		if (errno == EEXIST || errno == ENOTEMPTY)
+			err = flow_diag_set(diag, FLOW_ERR_IO,
+					    "output directory '%s' already exists",
+					    dir->final_path);
+		else
+			err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+					      "cannot rename '%s' to '%s'",
+					      dir->temp_path, dir->final_path);
+		goto out_abort;
+	}
+	/* Durable once the parent's entry is: sync the directory holding the
+	 * final name (flow_fsync_dir on a directory syncs that directory). */
+	const char *slash = strrchr(dir->final_path, '/');
+	char *parent = !slash ? strdup(".") :
+		       slash == dir->final_path ? strdup("/") :
+		       strndup(dir->final_path,
+			       (size_t)(slash - dir->final_path));
+	if (!parent) {
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	} else {
+		err = flow_fsync_dir(parent, diag);
+		free(parent);
+	}
+	temp_dir_destroy(dir);
+	return err;
+
+out_abort:
+	flow_temp_dir_abort(dir);
 	return err;
 }

@@ -23,6 +23,7 @@ static const struct {
 	[FLOW_DTYPE_I64] = { "i64", "int64", 8 },
 	[FLOW_DTYPE_U16] = { "u16", "uint16", 2 },
 	[FLOW_DTYPE_U8] = { "u8", "uint8", 1 },
+	[FLOW_DTYPE_U32] = { "u32", "uint32", 4 },
 };
 
 static bool dtype_valid(flow_dtype_t dtype)
@@ -51,7 +52,7 @@ flow_err_t flow_dtype_parse(const char *text, flow_dtype_t *dtype_out,
 		}
 	}
 	return flow_diag_set(diag, FLOW_ERR_FORMAT,
-			     "unknown dtype '%s' (expected f32, bf16, f16, i32, i64, u16 or u8)",
+			     "unknown dtype '%s' (expected f32, bf16, f16, i32, i64, u16, u8 or u32)",
 			     text);
 }
 
@@ -439,6 +440,7 @@ static double load_element(flow_dtype_t dtype, const void *base, size_t off)
 	case FLOW_DTYPE_I64: return (double)((const int64_t *)base)[off];
 	case FLOW_DTYPE_U16: return ((const uint16_t *)base)[off];
 	case FLOW_DTYPE_U8: return ((const uint8_t *)base)[off];
+	case FLOW_DTYPE_U32: return ((const uint32_t *)base)[off];
 	}
 	return 0;
 }
@@ -451,6 +453,7 @@ static bool int_range(flow_dtype_t dtype, double *lo, double *hi)
 	case FLOW_DTYPE_I64: *lo = -0x1p63; *hi = 0x1p63; return true;
 	case FLOW_DTYPE_U16: *lo = 0; *hi = UINT16_MAX; return true;
 	case FLOW_DTYPE_U8: *lo = 0; *hi = UINT8_MAX; return true;
+	case FLOW_DTYPE_U32: *lo = 0; *hi = UINT32_MAX; return true;
 	default: return false;
 	}
 }
@@ -466,6 +469,7 @@ static void store_element(flow_dtype_t dtype, void *base, size_t off,
 	case FLOW_DTYPE_I64: ((int64_t *)base)[off] = (int64_t)v; break;
 	case FLOW_DTYPE_U16: ((uint16_t *)base)[off] = (uint16_t)v; break;
 	case FLOW_DTYPE_U8: ((uint8_t *)base)[off] = (uint8_t)v; break;
+	case FLOW_DTYPE_U32: ((uint32_t *)base)[off] = (uint32_t)v; break;
 	}
 }
 

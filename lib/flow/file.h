@@ -53,9 +53,38 @@ FLOW_EXPORT flow_err_t flow_file_read_all(const char *path, char **data_out,
 FLOW_EXPORT flow_err_t flow_fsync_dir(const char *path, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
 
-/* Temporaries of every open atomic file are unlinked by
- * flow_atomic_file_cleanup_all(), which is async-signal-safe: a tool's
- * SIGINT/SIGTERM handler calls it and then re-raises the signal. */
+/* A directory built under a temporary name and renamed into place as a
+ * whole: "<path>.tmp.<pid>" beside path.  The caller creates, writes and
+ * fsyncs files inside it (e.g. with flow_atomic_file_*), then commits.
+ * The directory must hold plain files only (no subdirectories): abort and
+ * the signal cleanup remove every entry they find in it with one
+ * getdents64 scan, so no list of names has to be kept and any number of
+ * files is covered. */
+typedef struct flow_temp_dir flow_temp_dir_t;
+
+/* Create "<path>.tmp.<pid>" (mode 0755 before umask).  Fails with
+ * FLOW_ERR_IO when path already exists (nothing is created then).  Free
+ * with flow_temp_dir_commit() or flow_temp_dir_abort(). */
+FLOW_EXPORT flow_err_t flow_temp_dir_create(const char *path,
+					    flow_temp_dir_t **dir_out,
+					    flow_diag_t *diag) FLOW_MUST_CHECK;
+/* Name of the temporary directory; borrowed until commit or abort. */
+FLOW_EXPORT const char *flow_temp_dir_path(const flow_temp_dir_t *dir);
+/* fsync the temporary directory, rename it to the final path (never over
+ * an existing one: FLOW_ERR_IO), fsync the parent directory, free.  On
+ * failure the temporary directory is removed, the final name untouched
+ * and dir freed. */
+FLOW_EXPORT flow_err_t flow_temp_dir_commit(flow_temp_dir_t *dir,
+					    flow_diag_t *diag) FLOW_MUST_CHECK;
+/* Remove the temporary directory and its files and free; NULL is
+ * ignored. */
+FLOW_EXPORT void flow_temp_dir_abort(flow_temp_dir_t *dir);
+
+/* Temporaries of every open atomic file and every uncommitted temporary
+ * directory (with its files) are removed by flow_atomic_file_cleanup_all(),
+ * which is async-signal-safe (open, getdents64, unlinkat, rmdir, close):
+ * a tool's SIGINT/SIGTERM handler calls it and then re-raises the
+ * signal. */
 FLOW_EXPORT void flow_atomic_file_cleanup_all(void);
 
 #ifdef __cplusplus

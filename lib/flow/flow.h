@@ -17,5 +17,8 @@
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
 #include <flow/bench.h>
+#include <flow/tokens.h>
+#include <flow/shard.h>
+#include <flow/loader.h>
 
 #endif

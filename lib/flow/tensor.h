@@ -22,16 +22,18 @@ typedef enum {
 	FLOW_DTYPE_I64 = 4,
 	FLOW_DTYPE_U16 = 5,
 	FLOW_DTYPE_U8 = 6,
+	FLOW_DTYPE_U32 = 7, /* token ids of vocabularies beyond 65536 */
 } flow_dtype_t;
 
-#define FLOW_DTYPE_COUNT 7
+#define FLOW_DTYPE_COUNT 8
 
 /* Bytes per element; 0 for an unknown dtype. */
 FLOW_EXPORT size_t flow_dtype_size(flow_dtype_t dtype);
-/* "f32", "bf16", "f16", "i32", "i64", "u16", "u8"; NULL when unknown. */
+/* "f32", "bf16", "f16", "i32", "i64", "u16", "u8", "u32"; NULL when
+ * unknown. */
 FLOW_EXPORT const char *flow_dtype_name(flow_dtype_t dtype);
 /* Inverse of flow_dtype_name (also accepts "float32", "bfloat16",
- * "float16", "int32", "int64", "uint16", "uint8"). */
+ * "float16", "int32", "int64", "uint16", "uint8", "uint32"). */
 FLOW_EXPORT flow_err_t flow_dtype_parse(const char *text,
 					flow_dtype_t *dtype_out,
 					flow_diag_t *diag) FLOW_MUST_CHECK;

@@ -143,6 +143,100 @@ static void test_file_commit_failure_leaves_final_name_alone(void **state)
 	assert_int_equal(count_entries(), 0);
 }
 
+static void put_files(const char *in, int n)
+{
+	char p[1024];
+	for (int i = 0; i < n; i++) {
+		snprintf(p, sizeof(p), "%s/f%03d", in, i);
+		assert_int_equal(flow_file_write_atomic(p, "x", 1, NULL), FLOW_OK);
+	}
+}
+
+static void remove_flat(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	char p[1024];
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+		unlink(p);
+	}
+	if (d)
+		closedir(d);
+	rmdir(path);
+}
+
+static void test_file_temp_dir_commit_renames_into_place(void **state)
+{
+	(void)state;
+	char path[512], want[600];
+	snprintf(path, sizeof(path), "%s/out/", dir); /* trailing '/' */
+	flow_temp_dir_t *t;
+	assert_int_equal(flow_temp_dir_create(path, &t, NULL), FLOW_OK);
+	snprintf(want, sizeof(want), "%s/out.tmp.%ld", dir, (long)getpid());
+	assert_string_equal(flow_temp_dir_path(t), want);
+	put_files(flow_temp_dir_path(t), 3);
+	assert_int_equal(flow_temp_dir_commit(t, NULL), FLOW_OK);
+	snprintf(path, sizeof(path), "%s/out", dir);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(count_entries(), 1);
+	remove_flat(path);
+}
+
+static void test_file_temp_dir_refuses_an_existing_path(void **state)
+{
+	(void)state;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/out", dir);
+	assert_int_equal(mkdir(path, 0755), 0);
+	flow_temp_dir_t *t;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	assert_int_equal(flow_temp_dir_create(path, &t, &diag), FLOW_ERR_IO);
+	assert_non_null(strstr(diag.msg, "already exists"));
+	rmdir(path);
+	/* Appearing between create and commit: still not replaced, even
+	 * though rename(2) would replace an empty directory. */
+	assert_int_equal(flow_temp_dir_create(path, &t, NULL), FLOW_OK);
+	put_files(flow_temp_dir_path(t), 2);
+	assert_int_equal(mkdir(path, 0755), 0);
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_temp_dir_commit(t, &diag), FLOW_ERR_IO);
+	assert_non_null(strstr(diag.msg, "already exists"));
+	assert_int_equal(count_entries(), 1); /* the temporary is gone */
+	rmdir(path);
+}
+
+static void test_file_temp_dir_abort_and_cleanup_remove_everything(void **state)
+{
+	(void)state;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/out", dir);
+	flow_temp_dir_t *t;
+	assert_int_equal(flow_temp_dir_create(path, &t, NULL), FLOW_OK);
+	put_files(flow_temp_dir_path(t), 300); /* more than one getdents64 buffer */
+	flow_temp_dir_abort(t);
+	assert_int_equal(count_entries(), 0);
+	flow_temp_dir_abort(NULL);
+
+	/* The signal path: files (and an open atomic file) inside an
+	 * uncommitted directory all go. */
+	assert_int_equal(flow_temp_dir_create(path, &t, NULL), FLOW_OK);
+	put_files(flow_temp_dir_path(t), 5);
+	char inner[1024];
+	snprintf(inner, sizeof(inner), "%s/open", flow_temp_dir_path(t));
+	flow_atomic_file_t *f;
+	assert_int_equal(flow_atomic_file_open(inner, &f, NULL), FLOW_OK);
+	flow_atomic_file_cleanup_all();
+	assert_int_equal(count_entries(), 0);
+	flow_atomic_file_abort(f);
+	flow_temp_dir_abort(t); /* already gone: harmless */
+	assert_int_equal(count_entries(), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -151,6 +245,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_file_cleanup_all_removes_open_temporaries, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_errors_name_the_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_commit_failure_leaves_final_name_alone, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_temp_dir_commit_renames_into_place, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_temp_dir_refuses_an_existing_path, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_temp_dir_abort_and_cleanup_remove_everything, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,6 +37,9 @@ static void test_tensor_dtype_names_round_trip(void **state)
 	assert_int_equal(d, FLOW_DTYPE_BF16);
 	assert_int_equal(flow_dtype_size(FLOW_DTYPE_I64), 8);
 	assert_int_equal(flow_dtype_size(FLOW_DTYPE_U8), 1);
+	assert_int_equal(flow_dtype_size(FLOW_DTYPE_U32), 4);
+	assert_int_equal(flow_dtype_parse("uint32", &d, NULL), FLOW_OK);
+	assert_int_equal(d, FLOW_DTYPE_U32);
 	assert_int_equal(flow_dtype_size((flow_dtype_t)99), 0);
 	assert_null(flow_dtype_name((flow_dtype_t)99));
 	flow_diag_t diag = FLOW_DIAG_INIT;

@@ -1,0 +1,755 @@
+/* The shard file: a fixed little-endian header, a frame index, the token
+ * payload (raw or independently decodable zstd frames) and a trailing
+ * XXH3-64.  Writers go through an atomic file; readers map the file and
+ * validate every header field against the file size before use, naming
+ * the byte offset of the first field that is wrong.  flow-shard(5) is the
+ * specification. */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <flow/checksum.h>
+#include <flow/compress.h>
+#include <flow/file.h>
+#include <flow/shard.h>
+
+#define SHARD_MAGIC "FLOWSHRD"
+#define SHARD_FIXED_HEADER 64u
+#define SHARD_INDEX_ENTRY 16u
+#define SHARD_TRAILER 8u
+#define SHARD_FLAG_ZSTD 1u
+
+/* Field offsets, named so every error can quote the byte it is about. */
+enum {
+	OFF_MAGIC = 0,
+	OFF_VERSION = 8,
+	OFF_HEADER_LEN = 12,
+	OFF_TOKEN_BYTES = 16,
+	OFF_FLAGS = 20,
+	OFF_TOKENS = 24,
+	OFF_VOCAB = 32,
+	OFF_FRAME_TOKENS = 40,
+	OFF_FRAMES = 44,
+	OFF_PAYLOAD_LEN = 48,
+	OFF_RESERVED = 56,
+};
+
+/* Tokens encoded per write() when the payload is not compressed. */
+#define ENCODE_CHUNK 65536u
+
+struct flow_shard {
+	char *path;
+	const unsigned char *map;
+	size_t size;
+	uint32_t token_bytes;
+	uint32_t frame_tokens;
+	uint32_t frames;
+	uint64_t tokens;
+	uint64_t vocab;
+	uint64_t header_len;
+	uint64_t payload_len;
+	/* The last decoded frame, kept because readers walk forwards. */
+	unsigned char *frame_buf;
+	int64_t cached_frame;
+};
+
+const char *flow_split_name(flow_split_t split)
+{
+	switch (split) {
+	case FLOW_SPLIT_TRAIN:
+		return "train";
+	case FLOW_SPLIT_VAL:
+		return "val";
+	}
+	return "unknown";
+}
+
+flow_err_t flow_split_parse(const char *text, flow_split_t *split_out,
+			    flow_diag_t *diag)
+{
+	if (strcmp(text, "train") == 0) {
+		*split_out = FLOW_SPLIT_TRAIN;
+		return FLOW_OK;
+	}
+	if (strcmp(text, "val") == 0) {
+		*split_out = FLOW_SPLIT_VAL;
+		return FLOW_OK;
+	}
+	return flow_diag_set(diag, FLOW_ERR_USAGE,
+			     "unknown split '%s' (expected train or val)",
+			     text);
+}
+
+/* ---- little-endian fields ---------------------------------------------- */
+
+static void flow_put_le32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void flow_put_le64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t flow_get_le32(const unsigned char *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t flow_get_le64(const unsigned char *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* Encode count tokens as little-endian u16/u32. */
+static void encode_tokens(unsigned char *dst, const uint32_t *tokens,
+			  size_t count, uint32_t token_bytes)
+{
+	if (token_bytes == 2) {
+		for (size_t i = 0; i < count; i++) {
+			dst[2 * i] = (unsigned char)tokens[i];
+			dst[2 * i + 1] = (unsigned char)(tokens[i] >> 8);
+		}
+	} else {
+		for (size_t i = 0; i < count; i++)
+			flow_put_le32(dst + 4 * i, tokens[i]);
+	}
+}
+
+static void decode_tokens(uint32_t *dst, const unsigned char *src,
+			  size_t count, uint32_t token_bytes)
+{
+	if (token_bytes == 2) {
+		for (size_t i = 0; i < count; i++)
+			dst[i] = (uint32_t)src[2 * i] |
+				 (uint32_t)src[2 * i + 1] << 8;
+	} else {
+		for (size_t i = 0; i < count; i++)
+			dst[i] = flow_get_le32(src + 4 * i);
+	}
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+/* Write through the atomic file and fold the bytes into the checksum. */
+static flow_err_t put(flow_atomic_file_t *file, flow_checksum_state_t *sum,
+		      const void *data, size_t len, flow_diag_t *diag)
+{
+	flow_checksum_update(sum, data, len);
+	return flow_atomic_file_write(file, data, len, diag);
+}
+
+static flow_err_t check_write_options(const char *path, const uint32_t *tokens,
+				      size_t count,
+				      const flow_shard_write_options_t *o,
+				      uint32_t *token_bytes_out,
+				      flow_diag_t *diag)
+{
+	uint32_t token_bytes;
+	if (o->token_dtype == FLOW_DTYPE_U16)
+		token_bytes = 2;
+	else if (o->token_dtype == FLOW_DTYPE_U32)
+		token_bytes = 4;
+	else
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "%s: token dtype must be u16 or u32", path);
+	if (o->vocab == 0 || o->vocab > (token_bytes == 2 ? 65536ull :
+					 4294967296ull))
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "%s: vocabulary size %" PRIu64
+				     " does not fit %" PRIu32 "-byte tokens",
+				     path, o->vocab, token_bytes);
+	if (o->zstd_level != 0) {
+		if (o->zstd_level < flow_zstd_min_level() ||
+		    o->zstd_level > flow_zstd_max_level())
+			return flow_diag_set(diag, FLOW_ERR_USAGE,
+					     "invalid zstd level '%d' (expected %d..-1 or 1..%d)",
+					     o->zstd_level,
+					     flow_zstd_min_level(),
+					     flow_zstd_max_level());
+		if (o->frame_tokens == 0)
+			return flow_diag_set(diag, FLOW_ERR_USAGE,
+					     "%s: tokens per frame must be at least 1",
+					     path);
+	}
+	for (size_t i = 0; i < count; i++)
+		if (tokens[i] >= o->vocab)
+			return flow_diag_set(diag, FLOW_ERR_USAGE,
+					     "%s: token %" PRIu32 " at index %zu is not below the vocabulary size %" PRIu64,
+					     path, tokens[i], i, o->vocab);
+	*token_bytes_out = token_bytes;
+	return FLOW_OK;
+}
+
+/* Compress every frame into one buffer; fills the index (offset, length
+ * per frame, little-endian) and the payload length. */
+static flow_err_t compress_frames(const char *path, const uint32_t *tokens,
+				  size_t count, uint32_t token_bytes,
+				  const flow_shard_write_options_t *o,
+				  uint32_t frames, unsigned char *index,
+				  unsigned char **payload_out,
+				  uint64_t *payload_len_out, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	size_t frame_bytes = (size_t)o->frame_tokens * token_bytes;
+	size_t bound = flow_zstd_bound(frame_bytes), cap;
+	unsigned char *raw = NULL, *payload = NULL;
+	if (!flow_mul_size(bound, frames, &cap) ||
+	    !(raw = malloc(frame_bytes)) || !(payload = malloc(cap ? cap : 1))) {
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM,
+				    "%s: out of memory compressing %zu tokens",
+				    path, count);
+		goto out_free;
+	}
+	uint64_t at = 0;
+	for (uint32_t f = 0; f < frames; f++) {
+		size_t first = (size_t)f * o->frame_tokens;
+		size_t n = count - first < o->frame_tokens ? count - first :
+							     o->frame_tokens;
+		size_t len;
+		encode_tokens(raw, tokens + first, n, token_bytes);
+		err = flow_zstd_compress(payload + at, cap - at, raw,
+					 n * token_bytes, o->zstd_level, &len,
+					 diag);
+		if (err != FLOW_OK)
+			goto out_free;
+		flow_put_le64(index + SHARD_INDEX_ENTRY * f, at);
+		flow_put_le64(index + SHARD_INDEX_ENTRY * f + 8, len);
+		at += len;
+	}
+	*payload_out = payload;
+	*payload_len_out = at;
+	payload = NULL;
+out_free:
+	free(payload);
+	free(raw);
+	return err;
+}
+
+flow_err_t flow_shard_write(const char *path, const uint32_t *tokens,
+			    size_t count,
+			    const flow_shard_write_options_t *options,
+			    flow_shard_file_info_t *info_out,
+			    flow_diag_t *diag)
+{
+	flow_err_t err;
+	uint32_t token_bytes = 0, frames = 0;
+	unsigned char header[SHARD_FIXED_HEADER];
+	unsigned char *index = NULL, *payload = NULL, *chunk = NULL;
+	uint64_t payload_len = 0, header_len = SHARD_FIXED_HEADER;
+	size_t index_len = 0;
+	flow_checksum_state_t *sum = NULL;
+	flow_atomic_file_t *file = NULL;
+
+	err = check_write_options(path, tokens, count, options, &token_bytes,
+				  diag);
+	if (err != FLOW_OK)
+		return err;
+	bool compressed = options->zstd_level != 0;
+	if (compressed) {
+		uint64_t nf = count / options->frame_tokens +
+			      (count % options->frame_tokens != 0);
+		if (nf > (UINT32_MAX - SHARD_FIXED_HEADER) / SHARD_INDEX_ENTRY)
+			return flow_diag_set(diag, FLOW_ERR_USAGE,
+					     "%s: %zu tokens need too many frames of %" PRIu32,
+					     path, count, options->frame_tokens);
+		frames = (uint32_t)nf;
+		index_len = (size_t)frames * SHARD_INDEX_ENTRY;
+		header_len += index_len;
+		if (!(index = malloc(index_len ? index_len : 1)))
+			return flow_diag_set(diag, FLOW_ERR_NOMEM,
+					     "out of memory");
+		err = compress_frames(path, tokens, count, token_bytes, options,
+				      frames, index, &payload, &payload_len,
+				      diag);
+		if (err != FLOW_OK)
+			goto out_free;
+	} else {
+		size_t n;
+		if (!flow_mul_size(count, token_bytes, &n)) {
+			err = flow_diag_set(diag, FLOW_ERR_RANGE,
+					    "%s: %zu tokens overflow the payload size",
+					    path, count);
+			goto out_free;
+		}
+		payload_len = n;
+		if (!(chunk = malloc((size_t)ENCODE_CHUNK * token_bytes))) {
+			err = flow_diag_set(diag, FLOW_ERR_NOMEM,
+					    "out of memory");
+			goto out_free;
+		}
+	}
+
+	memset(header, 0, sizeof(header));
+	memcpy(header + OFF_MAGIC, SHARD_MAGIC, 8);
+	flow_put_le32(header + OFF_VERSION, FLOW_SHARD_VERSION);
+	flow_put_le32(header + OFF_HEADER_LEN, (uint32_t)header_len);
+	flow_put_le32(header + OFF_TOKEN_BYTES, token_bytes);
+	flow_put_le32(header + OFF_FLAGS, compressed ? SHARD_FLAG_ZSTD : 0);
+	flow_put_le64(header + OFF_TOKENS, count);
+	flow_put_le64(header + OFF_VOCAB, options->vocab);
+	flow_put_le32(header + OFF_FRAME_TOKENS,
+		      compressed ? options->frame_tokens : 0);
+	flow_put_le32(header + OFF_FRAMES, frames);
+	flow_put_le64(header + OFF_PAYLOAD_LEN, payload_len);
+
+	if (!(sum = flow_checksum_state_new())) {
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		goto out_free;
+	}
+	err = flow_atomic_file_open(path, &file, diag);
+	if (err != FLOW_OK)
+		goto out_free;
+	err = put(file, sum, header, sizeof(header), diag);
+	if (err == FLOW_OK && compressed) {
+		err = put(file, sum, index, index_len, diag);
+		if (err == FLOW_OK)
+			err = put(file, sum, payload, payload_len, diag);
+	} else {
+		for (size_t at = 0; err == FLOW_OK && at < count;
+		     at += ENCODE_CHUNK) {
+			size_t n = count - at < ENCODE_CHUNK ? count - at :
+							      ENCODE_CHUNK;
+			encode_tokens(chunk, tokens + at, n, token_bytes);
+			err = put(file, sum, chunk, n * token_bytes, diag);
+		}
+	}
+	if (err != FLOW_OK)
+		goto out_abort;
+	uint64_t digest = flow_checksum_digest(sum);
+	unsigned char trailer[SHARD_TRAILER];
+	flow_put_le64(trailer, digest);
+	err = flow_atomic_file_write(file, trailer, sizeof(trailer), diag);
+	if (err != FLOW_OK)
+		goto out_abort;
+	err = flow_atomic_file_commit(file, diag);
+	file = NULL;
+	if (err != FLOW_OK)
+		goto out_free;
+	if (info_out) {
+		info_out->tokens = count;
+		info_out->bytes = header_len + payload_len + SHARD_TRAILER;
+		info_out->checksum = digest;
+	}
+	goto out_free;
+
+out_abort:
+	flow_atomic_file_abort(file);
+out_free:
+	flow_checksum_state_free(sum);
+	free(chunk);
+	free(payload);
+	free(index);
+	return err;
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+/* Validate the header of a size-byte image; on success fill the fields of
+ * shard (path must already be set). */
+static flow_err_t parse_header(flow_shard_t *s, const unsigned char *p,
+			       uint64_t size, flow_diag_t *diag)
+{
+	const char *path = s->path;
+	uint64_t min = SHARD_FIXED_HEADER + SHARD_TRAILER;
+	if (size < min)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: truncated at byte %" PRIu64
+				     ": a shard has at least %" PRIu64 " bytes",
+				     path, size, min);
+	if (memcmp(p + OFF_MAGIC, SHARD_MAGIC, 8) != 0)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: bad magic at byte 0: not a flow shard",
+				     path);
+	uint32_t version = flow_get_le32(p + OFF_VERSION);
+	if (version != FLOW_SHARD_VERSION)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: unsupported version %" PRIu32
+				     " at byte %d (expected %d)",
+				     path, version, OFF_VERSION,
+				     FLOW_SHARD_VERSION);
+	uint32_t token_bytes = flow_get_le32(p + OFF_TOKEN_BYTES);
+	if (token_bytes != 2 && token_bytes != 4)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: bad bytes per token %" PRIu32
+				     " at byte %d (expected 2 or 4)",
+				     path, token_bytes, OFF_TOKEN_BYTES);
+	uint32_t flags = flow_get_le32(p + OFF_FLAGS);
+	if (flags & ~SHARD_FLAG_ZSTD)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: unknown flags 0x%" PRIx32 " at byte %d",
+				     path, flags, OFF_FLAGS);
+	bool compressed = flags & SHARD_FLAG_ZSTD;
+	uint64_t tokens = flow_get_le64(p + OFF_TOKENS);
+	uint64_t vocab = flow_get_le64(p + OFF_VOCAB);
+	if (vocab == 0 || vocab > (token_bytes == 2 ? 65536ull : 4294967296ull))
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: vocabulary size %" PRIu64
+				     " at byte %d does not fit %" PRIu32
+				     "-byte tokens",
+				     path, vocab, OFF_VOCAB, token_bytes);
+	uint32_t frame_tokens = flow_get_le32(p + OFF_FRAME_TOKENS);
+	uint32_t frames = flow_get_le32(p + OFF_FRAMES);
+	if (compressed ? frame_tokens == 0 : frame_tokens != 0)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: bad tokens per frame %" PRIu32
+				     " at byte %d (%s)",
+				     path, frame_tokens, OFF_FRAME_TOKENS,
+				     compressed ? "compressed: must be > 0" :
+						  "uncompressed: must be 0");
+	uint64_t want_frames = compressed ? tokens / frame_tokens +
+						    (tokens % frame_tokens != 0) :
+					    0;
+	if (frames != want_frames)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: frame count %" PRIu32
+				     " at byte %d does not match %" PRIu64
+				     " tokens in frames of %" PRIu32,
+				     path, frames, OFF_FRAMES, tokens,
+				     frame_tokens);
+	uint32_t header_len = flow_get_le32(p + OFF_HEADER_LEN);
+	uint64_t want_header = SHARD_FIXED_HEADER +
+			       (uint64_t)frames * SHARD_INDEX_ENTRY;
+	if (header_len != want_header)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: bad header length %" PRIu32
+				     " at byte %d (expected %" PRIu64 ")",
+				     path, header_len, OFF_HEADER_LEN,
+				     want_header);
+	uint64_t payload_len = flow_get_le64(p + OFF_PAYLOAD_LEN);
+	if (!compressed && (tokens > UINT64_MAX / token_bytes ||
+			    payload_len != tokens * token_bytes))
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: payload length %" PRIu64
+				     " at byte %d does not match %" PRIu64
+				     " tokens of %" PRIu32 " bytes",
+				     path, payload_len, OFF_PAYLOAD_LEN, tokens,
+				     token_bytes);
+	if (flow_get_le64(p + OFF_RESERVED) != 0)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: reserved field at byte %d is not 0",
+				     path, OFF_RESERVED);
+	/* Sizes against the file: header, payload and trailer must be it. */
+	if (payload_len > UINT64_MAX - header_len - SHARD_TRAILER)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: payload length %" PRIu64
+				     " at byte %d is too large",
+				     path, payload_len, OFF_PAYLOAD_LEN);
+	uint64_t want_size = header_len + payload_len + SHARD_TRAILER;
+	if (size < want_size)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: truncated at byte %" PRIu64
+				     ": the header says the file has %" PRIu64
+				     " bytes",
+				     path, size, want_size);
+	if (size > want_size)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: %" PRIu64
+				     " unexpected bytes after the end at byte %" PRIu64,
+				     path, size - want_size, want_size);
+	/* Frames must tile the payload in order, each non-empty. */
+	uint64_t end = 0;
+	for (uint32_t f = 0; f < frames; f++) {
+		uint64_t at = SHARD_FIXED_HEADER + (uint64_t)f * SHARD_INDEX_ENTRY;
+		uint64_t off = flow_get_le64(p + at);
+		uint64_t len = flow_get_le64(p + at + 8);
+		if (off != end)
+			return flow_diag_set(diag, FLOW_ERR_FORMAT,
+					     "%s: frame %" PRIu32
+					     " offset %" PRIu64 " at byte %" PRIu64
+					     " is not the end of the previous frame (%" PRIu64 ")",
+					     path, f, off, at, end);
+		if (len == 0 || len > payload_len - off)
+			return flow_diag_set(diag, FLOW_ERR_FORMAT,
+					     "%s: frame %" PRIu32
+					     " length %" PRIu64 " at byte %" PRIu64
+					     " runs outside the payload of %" PRIu64 " bytes",
+					     path, f, len, at + 8, payload_len);
+		end = off + len;
+	}
+	if (end != payload_len && compressed)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: frames end at payload byte %" PRIu64
+				     " but the payload length at byte %d is %" PRIu64,
+				     path, end, OFF_PAYLOAD_LEN, payload_len);
+	s->token_bytes = token_bytes;
+	s->frame_tokens = frame_tokens;
+	s->frames = frames;
+	s->tokens = tokens;
+	s->vocab = vocab;
+	s->header_len = header_len;
+	s->payload_len = payload_len;
+	return FLOW_OK;
+}
+
+flow_err_t flow_shard_open(const char *path, flow_shard_t **shard_out,
+			   flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	flow_shard_t *s = calloc(1, sizeof(*s));
+	if (!s || !(s->path = strdup(path))) {
+		free(s);
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	}
+	s->cached_frame = -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot open '%s'", path);
+		goto out_free;
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot stat '%s'", path);
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		err = flow_diag_set(diag, FLOW_ERR_IO,
+				    "cannot read '%s': not a regular file", path);
+		goto out_close;
+	}
+	s->size = (size_t)st.st_size;
+	if (s->size >= SHARD_FIXED_HEADER + SHARD_TRAILER) {
+		void *map = mmap(NULL, s->size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (map == MAP_FAILED) {
+			err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+					      "cannot map '%s'", path);
+			goto out_close;
+		}
+		s->map = map;
+	}
+	err = parse_header(s, s->map, s->size, diag);
+	if (err != FLOW_OK)
+		goto out_unmap;
+	if (s->frames) {
+		size_t frame_bytes = (size_t)s->frame_tokens * s->token_bytes;
+		if (!(s->frame_buf = malloc(frame_bytes))) {
+			err = flow_diag_set(diag, FLOW_ERR_NOMEM,
+					    "out of memory");
+			goto out_unmap;
+		}
+	}
+	close(fd);
+	*shard_out = s;
+	return FLOW_OK;
+
+out_unmap:
+	if (s->map)
+		munmap((void *)s->map, s->size);
+out_close:
+	close(fd);
+out_free:
+	free(s->path);
+	free(s);
+	return err;
+}
+
+void flow_shard_close(flow_shard_t *shard)
+{
+	if (!shard)
+		return;
+	if (shard->map)
+		munmap((void *)shard->map, shard->size);
+	free(shard->frame_buf);
+	free(shard->path);
+	free(shard);
+}
+
+uint64_t flow_shard_token_count(const flow_shard_t *shard)
+{
+	return shard->tokens;
+}
+
+uint64_t flow_shard_vocab(const flow_shard_t *shard)
+{
+	return shard->vocab;
+}
+
+flow_dtype_t flow_shard_token_dtype(const flow_shard_t *shard)
+{
+	return shard->token_bytes == 2 ? FLOW_DTYPE_U16 : FLOW_DTYPE_U32;
+}
+
+static uint32_t frame_token_count(const flow_shard_t *s, uint32_t f)
+{
+	uint64_t first = (uint64_t)f * s->frame_tokens;
+	uint64_t left = s->tokens - first;
+	return left < s->frame_tokens ? (uint32_t)left : s->frame_tokens;
+}
+
+/* Decode frame f into s->frame_buf (unless it is already there). */
+static flow_err_t load_frame(flow_shard_t *s, uint32_t f, flow_diag_t *diag)
+{
+	if (s->cached_frame == (int64_t)f)
+		return FLOW_OK;
+	const unsigned char *entry = s->map + SHARD_FIXED_HEADER +
+				     (size_t)f * SHARD_INDEX_ENTRY;
+	uint64_t off = flow_get_le64(entry), len = flow_get_le64(entry + 8);
+	size_t want = (size_t)frame_token_count(s, f) * s->token_bytes;
+	flow_diag_t inner = FLOW_DIAG_INIT;
+	s->cached_frame = -1;
+	if (flow_zstd_decompress(s->frame_buf, want,
+				 s->map + s->header_len + off, (size_t)len,
+				 &inner) != FLOW_OK)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: frame %" PRIu32 " at byte %" PRIu64
+				     ": %s",
+				     s->path, f, s->header_len + off,
+				     flow_diag_message(&inner));
+	s->cached_frame = f;
+	return FLOW_OK;
+}
+
+flow_err_t flow_shard_read(flow_shard_t *shard, uint64_t first, size_t count,
+			   uint32_t *tokens_out, flow_diag_t *diag)
+{
+	flow_shard_t *s = shard;
+	if (first > s->tokens || count > s->tokens - first)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "%s: tokens [%" PRIu64 ", %" PRIu64
+				     ") are outside the shard's %" PRIu64
+				     " tokens",
+				     s->path, first, first + count, s->tokens);
+	if (!s->frames) {
+		decode_tokens(tokens_out,
+			      s->map + s->header_len + first * s->token_bytes,
+			      count, s->token_bytes);
+		return FLOW_OK;
+	}
+	while (count > 0) {
+		uint32_t f = (uint32_t)(first / s->frame_tokens);
+		uint64_t in_frame = first - (uint64_t)f * s->frame_tokens;
+		uint64_t avail = frame_token_count(s, f) - in_frame;
+		size_t n = count < avail ? count : (size_t)avail;
+		flow_err_t err = load_frame(s, f, diag);
+		if (err != FLOW_OK)
+			return err;
+		decode_tokens(tokens_out, s->frame_buf + in_frame * s->token_bytes,
+			      n, s->token_bytes);
+		tokens_out += n;
+		first += n;
+		count -= n;
+	}
+	return FLOW_OK;
+}
+
+/* First token at or above vocab in count encoded tokens, or -1. */
+static int64_t find_out_of_vocab(const unsigned char *p, size_t count,
+				 uint32_t token_bytes, uint64_t vocab,
+				 uint32_t *token_out)
+{
+	for (size_t i = 0; i < count; i++) {
+		uint32_t t = token_bytes == 2 ?
+				     (uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8 :
+				     flow_get_le32(p + 4 * i);
+		if (t >= vocab) {
+			*token_out = t;
+			return (int64_t)i;
+		}
+	}
+	return -1;
+}
+
+flow_err_t flow_shard_verify_file(const char *path,
+				  const flow_shard_file_info_t *expected,
+				  flow_diag_t *diag)
+{
+	flow_shard_t *s;
+	flow_err_t err = flow_shard_open(path, &s, diag);
+	if (err != FLOW_OK)
+		return err;
+	uint64_t body = s->header_len + s->payload_len;
+	uint64_t stored = flow_get_le64(s->map + body);
+	if (expected && expected->bytes != s->size) {
+		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+				    "%s: file has %zu bytes, the manifest says %" PRIu64,
+				    path, s->size, expected->bytes);
+		goto out_close;
+	}
+	if (expected && expected->tokens != s->tokens) {
+		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+				    "%s: token count %" PRIu64
+				    " at byte %d, the manifest says %" PRIu64,
+				    path, s->tokens, OFF_TOKENS,
+				    expected->tokens);
+		goto out_close;
+	}
+	uint64_t computed = flow_checksum(s->map, (size_t)body);
+	if (computed != stored) {
+		char a[17], b[17];
+		flow_checksum_format(stored, a);
+		flow_checksum_format(computed, b);
+		err = flow_diag_set(diag, FLOW_ERR_CHECKSUM,
+				    "%s: checksum mismatch at byte %" PRIu64
+				    ": stored %s, computed %s",
+				    path, body, a, b);
+		goto out_close;
+	}
+	if (expected && expected->checksum != stored) {
+		char a[17], b[17];
+		flow_checksum_format(stored, a);
+		flow_checksum_format(expected->checksum, b);
+		err = flow_diag_set(diag, FLOW_ERR_CHECKSUM,
+				    "%s: checksum %s at byte %" PRIu64
+				    ", the manifest says %s",
+				    path, a, body, b);
+		goto out_close;
+	}
+	/* The checksum matched, so what follows finds files written wrong
+	 * rather than damaged: frames that do not decode, ids out of range. */
+	uint32_t token;
+	if (!s->frames) {
+		int64_t i = find_out_of_vocab(s->map + s->header_len,
+					      (size_t)s->tokens, s->token_bytes,
+					      s->vocab, &token);
+		if (i >= 0)
+			err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+					    "%s: token %" PRIu32 " at byte %" PRIu64
+					    " is not below the vocabulary size %" PRIu64,
+					    path, token,
+					    s->header_len + (uint64_t)i * s->token_bytes,
+					    s->vocab);
+		goto out_close;
+	}
+	for (uint32_t f = 0; f < s->frames; f++) {
+		err = load_frame(s, f, diag);
+		if (err != FLOW_OK)
+			goto out_close;
+		int64_t i = find_out_of_vocab(s->frame_buf, frame_token_count(s, f),
+					      s->token_bytes, s->vocab, &token);
+		if (i >= 0) {
+			const unsigned char *entry = s->map + SHARD_FIXED_HEADER +
+						     (size_t)f * SHARD_INDEX_ENTRY;
+			err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+					    "%s: token %" PRIu32
+					    " (token %" PRIu64 " of the shard) in frame %" PRIu32
+					    " at byte %" PRIu64
+					    " is not below the vocabulary size %" PRIu64,
+					    path, token,
+					    (uint64_t)f * s->frame_tokens + (uint64_t)i,
+					    f, s->header_len + flow_get_le64(entry),
+					    s->vocab);
+			goto out_close;
+		}
+	}
+out_close:
+	flow_shard_close(s);
+	return err;
+}
