@@ -23,7 +23,7 @@
 #include "tool.h"
 
 #define DEFAULT_SHARD_TOKENS (16ull << 20)
-#define DEFAULT_FRAME_TOKENS 65536u
+#define DEFAULT_FRAME_TOKENS 16384u
 #define DEFAULT_ZSTD_LEVEL 3
 
 static const char help_text[] =
@@ -45,7 +45,7 @@ static const char help_text[] =
 	"                         [text: 256; token formats: required]\n"
 	"      --compress[=L]     zstd-compress shards at level L (1-%d) [3]\n"
 	"      --frame-tokens N   tokens per independently decodable zstd\n"
-	"                         frame (with --compress) [64K]\n"
+	"                         frame (with --compress) [16K]\n"
 	"\n"
 	"Other modes:\n"
 	"      --verify DIR       check every shard against the manifest: sizes,\n"
@@ -146,6 +146,13 @@ static void set_mode(flow_tool_t *tool, shard_opts_t *o, mode_t_ mode,
 	o->dir = dir;
 }
 
+/* Keep option as the first seen of its group (for validate's messages). */
+static void note_first(const char **first, const char *option)
+{
+	if (!*first)
+		*first = option;
+}
+
 static void parse_options(flow_tool_t *tool, shard_opts_t *o, int argc,
 			  char **argv)
 {
@@ -159,18 +166,17 @@ static void parse_options(flow_tool_t *tool, shard_opts_t *o, int argc,
 		switch (opt) {
 		case 'o':
 			output = optarg;
-			if (!o->build_only)
-				o->build_only = "-o";
+			note_first(&o->build_only, "-o");
 			break;
 		case OPT_SHARD_TOKENS:
 			o->build.shard_tokens = flow_tool_size(tool, "--shard-tokens", optarg);
 			if (o->build.shard_tokens == 0)
 				flow_tool_usage_error(tool, "--shard-tokens: must be at least 1");
-			o->build_only = o->build_only ? o->build_only : "--shard-tokens";
+			note_first(&o->build_only, "--shard-tokens");
 			break;
 		case OPT_VAL_TOKENS:
 			o->build.val_tokens = flow_tool_size(tool, "--val-tokens", optarg);
-			o->build_only = o->build_only ? o->build_only : "--val-tokens";
+			note_first(&o->build_only, "--val-tokens");
 			break;
 		case OPT_FORMAT: {
 			flow_diag_t diag = FLOW_DIAG_INIT;
@@ -178,7 +184,7 @@ static void parse_options(flow_tool_t *tool, shard_opts_t *o, int argc,
 						    &diag) != FLOW_OK)
 				flow_tool_usage_error(tool, "--format: unknown format '%s' (expected auto, text, llmc, raw or npy)",
 						      optarg);
-			o->build_only = o->build_only ? o->build_only : "--format";
+			note_first(&o->build_only, "--format");
 			break;
 		}
 		case OPT_DTYPE:
@@ -189,25 +195,25 @@ static void parse_options(flow_tool_t *tool, shard_opts_t *o, int argc,
 			else
 				flow_tool_usage_error(tool, "--dtype: unknown token type '%s' (expected u16 or u32)",
 						      optarg);
-			o->build_only = o->build_only ? o->build_only : "--dtype";
+			note_first(&o->build_only, "--dtype");
 			break;
 		case OPT_VOCAB:
 			o->build.vocab = (uint64_t)flow_tool_int(tool, "--vocab", optarg,
 								 1, 4294967296ll);
-			o->build_only = o->build_only ? o->build_only : "--vocab";
+			note_first(&o->build_only, "--vocab");
 			break;
 		case OPT_COMPRESS:
 			o->build.zstd_level = optarg ?
 				(int)flow_tool_int(tool, "--compress", optarg, 1,
 						   flow_zstd_max_level()) :
 				DEFAULT_ZSTD_LEVEL;
-			o->build_only = o->build_only ? o->build_only : "--compress";
+			note_first(&o->build_only, "--compress");
 			break;
 		case OPT_FRAME_TOKENS:
 			o->build.frame_tokens = (uint32_t)flow_tool_int(
 				tool, "--frame-tokens", optarg, 1, UINT32_MAX);
 			o->frame_option = "--frame-tokens";
-			o->build_only = o->build_only ? o->build_only : "--frame-tokens";
+			note_first(&o->build_only, "--frame-tokens");
 			break;
 		case OPT_VERIFY:
 			set_mode(tool, o, MODE_VERIFY, "--verify", optarg);
@@ -222,46 +228,46 @@ static void parse_options(flow_tool_t *tool, shard_opts_t *o, int argc,
 			o->order.seq_len = (uint32_t)flow_tool_int(tool, "--seq-len",
 								   optarg, 1, UINT32_MAX);
 			o->have_seq_len = true;
-			o->order_only = o->order_only ? o->order_only : "--seq-len";
+			note_first(&o->order_only, "--seq-len");
 			break;
 		case OPT_BATCH:
 			o->order.global_batch = (uint64_t)flow_tool_int(
 				tool, "--batch", optarg, 1, INT64_MAX);
 			o->have_batch = true;
-			o->order_only = o->order_only ? o->order_only : "--batch";
+			note_first(&o->order_only, "--batch");
 			break;
 		case OPT_STEPS:
 			o->steps = (uint64_t)flow_tool_int(tool, "--steps", optarg,
 							   1, INT64_MAX);
 			o->have_steps = true;
-			o->order_only = o->order_only ? o->order_only : "--steps";
+			note_first(&o->order_only, "--steps");
 			break;
 		case OPT_RANK:
 			o->order.dp_rank = (uint32_t)flow_tool_int(tool, "--rank",
 								   optarg, 0, UINT32_MAX - 1);
-			o->order_only = o->order_only ? o->order_only : "--rank";
+			note_first(&o->order_only, "--rank");
 			break;
 		case OPT_WORLD:
 			o->order.dp_size = (uint32_t)flow_tool_int(tool, "--world",
 								   optarg, 1, UINT32_MAX);
-			o->order_only = o->order_only ? o->order_only : "--world";
+			note_first(&o->order_only, "--world");
 			break;
 		case OPT_SEED:
 			o->order.seed = (uint64_t)flow_tool_int(tool, "--seed", optarg,
 								0, INT64_MAX);
-			o->order_only = o->order_only ? o->order_only : "--seed";
+			note_first(&o->order_only, "--seed");
 			break;
 		case OPT_START_STEP:
 			o->start_step = (uint64_t)flow_tool_int(tool, "--start-step",
 								optarg, 0, INT64_MAX);
-			o->order_only = o->order_only ? o->order_only : "--start-step";
+			note_first(&o->order_only, "--start-step");
 			break;
 		case OPT_SPLIT: {
 			flow_diag_t diag = FLOW_DIAG_INIT;
 			if (flow_split_parse(optarg, &o->order.split, &diag) != FLOW_OK)
 				flow_tool_usage_error(tool, "--split: %s",
 						      flow_diag_message(&diag));
-			o->order_only = o->order_only ? o->order_only : "--split";
+			note_first(&o->order_only, "--split");
 			break;
 		}
 		default:

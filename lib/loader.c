@@ -267,18 +267,27 @@ static flow_err_t check_options(const flow_loader_options_t *o,
 	return FLOW_OK;
 }
 
+/* The samples shard s holds: they are seq_len + 1 tokens long and start
+ * every seq_len tokens, so n tokens hold (n - 1) / seq_len of them.  None
+ * when s belongs to the other split. */
+static uint64_t shard_samples(const flow_loader_t *loader,
+			      const flow_manifest_shard_t *s)
+{
+	if (s->split != loader->split || s->info.tokens == 0)
+		return 0;
+	return (s->info.tokens - 1) / loader->seq_len;
+}
+
 /* Count the split's samples and map the shards that hold any. */
 static flow_err_t map_shards(flow_loader_t *loader, flow_diag_t *diag)
 {
 	const flow_manifest_t *m = &loader->manifest;
-	const uint64_t t = loader->seq_len;
 	flow_err_t err;
 	size_t count = 0;
 	uint64_t total = 0;
 	for (size_t i = 0; i < m->nshards; i++) {
 		const flow_manifest_shard_t *s = &m->shards[i];
-		uint64_t n = s->split == loader->split && s->info.tokens > 0 ?
-			     (s->info.tokens - 1) / t : 0;
+		uint64_t n = shard_samples(loader, s);
 		if (n == 0)
 			continue;
 		if (__builtin_add_overflow(total, n, &total))
@@ -291,7 +300,8 @@ static flow_err_t map_shards(flow_loader_t *loader, flow_diag_t *diag)
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "%s: split '%s' has no sample of %" PRIu64
 				     " tokens", loader->dir,
-				     flow_split_name(loader->split), t + 1);
+				     flow_split_name(loader->split),
+				     (uint64_t)loader->seq_len + 1);
 
 	size_t bytes;
 	if (!flow_add_size(count, 1, &bytes) ||
@@ -310,8 +320,7 @@ static flow_err_t map_shards(flow_loader_t *loader, flow_diag_t *diag)
 	uint64_t first = 0;
 	for (size_t i = 0; i < m->nshards; i++) {
 		const flow_manifest_shard_t *s = &m->shards[i];
-		uint64_t n = s->split == loader->split && s->info.tokens > 0 ?
-			     (s->info.tokens - 1) / t : 0;
+		uint64_t n = shard_samples(loader, s);
 		if (n == 0)
 			continue;
 		char *path = join_path(loader->dir, s->file);

@@ -15,6 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include <flow/checksum.h>
 #include <flow/compress.h>
 #include <flow/file.h>
@@ -41,8 +45,9 @@ enum {
 	OFF_RESERVED = 56,
 };
 
-/* Tokens encoded per write() when the payload is not compressed. */
-#define ENCODE_CHUNK 65536u
+/* Tokens encoded per write() when the payload is not compressed: 512 KiB
+ * or 1 MiB writes. */
+#define ENCODE_CHUNK (1u << 18)
 
 struct flow_shard {
 	char *path;
@@ -117,19 +122,51 @@ static uint64_t flow_get_le64(const unsigned char *p)
 	return v;
 }
 
-/* Encode count tokens as little-endian u16/u32. */
-static void encode_tokens(unsigned char *dst, const uint32_t *tokens,
-			  size_t count, uint32_t token_bytes)
+/* Encode count tokens as little-endian u16/u32 into dst and check them in
+ * the same pass: true when every token is below vocab.  Writing a shard
+ * used to walk the tokens twice (check, then encode); this is one walk.
+ * The loops have no early exit, so the compiler can vectorise them. */
+static bool encode_checked(unsigned char *dst, const uint32_t *tokens,
+			   size_t count, uint32_t token_bytes, uint64_t vocab)
 {
+	uint32_t max = 0;
 	if (token_bytes == 2) {
 		for (size_t i = 0; i < count; i++) {
-			dst[2 * i] = (unsigned char)tokens[i];
-			dst[2 * i + 1] = (unsigned char)(tokens[i] >> 8);
+			uint32_t t = tokens[i];
+			max = t > max ? t : max;
+			dst[2 * i] = (unsigned char)t;
+			dst[2 * i + 1] = (unsigned char)(t >> 8);
 		}
 	} else {
-		for (size_t i = 0; i < count; i++)
-			flow_put_le32(dst + 4 * i, tokens[i]);
+		for (size_t i = 0; i < count; i++) {
+			uint32_t t = tokens[i];
+			max = t > max ? t : max;
+			flow_put_le32(dst + 4 * i, t);
+		}
 	}
+	return count == 0 || max < vocab;
+}
+
+/* Index of the first of count tokens at or above vocab; count if none. */
+static size_t first_out_of_vocab(const uint32_t *tokens, size_t count,
+				 uint64_t vocab)
+{
+	size_t i = 0;
+	while (i < count && tokens[i] < vocab)
+		i++;
+	return i;
+}
+
+/* The error for the first token at or above vocab in tokens[first, first +
+ * count), which must hold one. */
+static flow_err_t out_of_vocab(flow_diag_t *diag, const char *path,
+			       const uint32_t *tokens, size_t first,
+			       size_t count, uint64_t vocab)
+{
+	size_t i = first + first_out_of_vocab(tokens + first, count, vocab);
+	return flow_diag_set(diag, FLOW_ERR_USAGE,
+			     "%s: token %" PRIu32 " at index %zu is not below the vocabulary size %" PRIu64,
+			     path, tokens[i], i, vocab);
 }
 
 static void decode_tokens(uint32_t *dst, const unsigned char *src,
@@ -155,8 +192,9 @@ static flow_err_t put(flow_atomic_file_t *file, flow_checksum_state_t *sum,
 	return flow_atomic_file_write(file, data, len, diag);
 }
 
-static flow_err_t check_write_options(const char *path, const uint32_t *tokens,
-				      size_t count,
+/* The options alone; the tokens are checked against the vocabulary while
+ * they are encoded. */
+static flow_err_t check_write_options(const char *path,
 				      const flow_shard_write_options_t *o,
 				      uint32_t *token_bytes_out,
 				      flow_diag_t *diag)
@@ -188,17 +226,35 @@ static flow_err_t check_write_options(const char *path, const uint32_t *tokens,
 					     "%s: tokens per frame must be at least 1",
 					     path);
 	}
-	for (size_t i = 0; i < count; i++)
-		if (tokens[i] >= o->vocab)
-			return flow_diag_set(diag, FLOW_ERR_USAGE,
-					     "%s: token %" PRIu32 " at index %zu is not below the vocabulary size %" PRIu64,
-					     path, tokens[i], i, o->vocab);
 	*token_bytes_out = token_bytes;
 	return FLOW_OK;
 }
 
-/* Compress every frame into one buffer; fills the index (offset, length
- * per frame, little-endian) and the payload length. */
+/* Threads that compress the frames of one shard: OpenMP's count, but no
+ * more than there are frames. */
+static int compress_threads(uint32_t frames)
+{
+	int n = 1;
+#ifdef _OPENMP
+	n = omp_get_max_threads();
+#endif
+	if (n < 1)
+		n = 1;
+	if ((uint32_t)n > frames)
+		n = frames ? (int)frames : 1;
+	return n;
+}
+
+/* Encode, check and compress every frame into one buffer.  The frames are
+ * independent, so threads take them in any order, each through its own
+ * reused zstd context, and frame f is compressed into slot f (a frame's
+ * bound apart).  Then, in order, the frames are moved down to lie end to
+ * end and the index gets each offset: the payload and index are the same
+ * bytes whatever the number of threads.  The error reported is that of the
+ * lowest failing frame (so the first token above the vocabulary), also
+ * whatever the number of threads: a thread skips only frames above the
+ * lowest failure seen so far.  Fills the index (offset, length per frame,
+ * little-endian) and the payload length. */
 static flow_err_t compress_frames(const char *path, const uint32_t *tokens,
 				  size_t count, uint32_t token_bytes,
 				  const flow_shard_write_options_t *o,
@@ -206,39 +262,110 @@ static flow_err_t compress_frames(const char *path, const uint32_t *tokens,
 				  unsigned char **payload_out,
 				  uint64_t *payload_len_out, flow_diag_t *diag)
 {
-	flow_err_t err = FLOW_OK;
 	size_t frame_bytes = (size_t)o->frame_tokens * token_bytes;
 	size_t bound = flow_zstd_bound(frame_bytes), cap;
-	unsigned char *raw = NULL, *payload = NULL;
+	unsigned char *payload = NULL;
 	if (!flow_mul_size(bound, frames, &cap) ||
-	    !(raw = malloc(frame_bytes)) || !(payload = malloc(cap ? cap : 1))) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM,
-				    "%s: out of memory compressing %zu tokens",
-				    path, count);
-		goto out_free;
+	    !(payload = malloc(cap ? cap : 1)))
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "%s: out of memory compressing %zu tokens",
+				     path, count);
+	/* frames is below UINT32_MAX / 16, so UINT32_MAX is no frame. */
+	uint32_t failed = UINT32_MAX;
+	flow_diag_t failed_diag = FLOW_DIAG_INIT;
+	int nthreads = compress_threads(frames);
+	(void)nthreads; /* read only by the OpenMP clauses */
+
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+	{
+		flow_diag_t setup_diag = FLOW_DIAG_INIT;
+		flow_zstd_cctx_t *cctx = NULL;
+		unsigned char *raw = malloc(frame_bytes);
+		flow_err_t setup = raw ? flow_zstd_cctx_new(&cctx, &setup_diag) :
+			flow_diag_set(&setup_diag, FLOW_ERR_NOMEM,
+				      "%s: out of memory compressing %zu tokens",
+				      path, count);
+#pragma omp for schedule(dynamic)
+		for (uint32_t f = 0; f < frames; f++) {
+			uint32_t lowest;
+#pragma omp atomic read
+			lowest = failed;
+			if (f > lowest)
+				continue;
+			size_t first = (size_t)f * o->frame_tokens;
+			size_t n = count - first < o->frame_tokens ?
+					   count - first : o->frame_tokens;
+			flow_diag_t fd = setup_diag;
+			flow_err_t e = setup;
+			size_t len = 0;
+			if (e == FLOW_OK &&
+			    !encode_checked(raw, tokens + first, n, token_bytes,
+					    o->vocab))
+				e = out_of_vocab(&fd, path, tokens, first, n,
+						 o->vocab);
+			if (e == FLOW_OK)
+				e = flow_zstd_cctx_compress(cctx,
+							    payload + f * bound,
+							    bound, raw,
+							    n * token_bytes,
+							    o->zstd_level, &len,
+							    &fd);
+			if (e != FLOW_OK) {
+#pragma omp critical(flow_shard_compress_failed)
+				{
+					if (f < failed) {
+						failed_diag = fd;
+#pragma omp atomic write
+						failed = f;
+					}
+				}
+				continue;
+			}
+			flow_put_le64(index + SHARD_INDEX_ENTRY * f + 8, len);
+		}
+		flow_zstd_cctx_free(cctx);
+		free(raw);
+	}
+
+	if (failed != UINT32_MAX) {
+		free(payload);
+		return flow_diag_set(diag, failed_diag.err, "%s",
+				     flow_diag_message(&failed_diag));
 	}
 	uint64_t at = 0;
 	for (uint32_t f = 0; f < frames; f++) {
-		size_t first = (size_t)f * o->frame_tokens;
-		size_t n = count - first < o->frame_tokens ? count - first :
-							     o->frame_tokens;
-		size_t len;
-		encode_tokens(raw, tokens + first, n, token_bytes);
-		err = flow_zstd_compress(payload + at, cap - at, raw,
-					 n * token_bytes, o->zstd_level, &len,
-					 diag);
-		if (err != FLOW_OK)
-			goto out_free;
-		flow_put_le64(index + SHARD_INDEX_ENTRY * f, at);
-		flow_put_le64(index + SHARD_INDEX_ENTRY * f + 8, len);
+		unsigned char *entry = index + SHARD_INDEX_ENTRY * f;
+		uint64_t len = flow_get_le64(entry + 8);
+		if (at != (uint64_t)f * bound)
+			memmove(payload + at, payload + (size_t)f * bound,
+				(size_t)len);
+		flow_put_le64(entry, at);
 		at += len;
 	}
 	*payload_out = payload;
 	*payload_len_out = at;
-	payload = NULL;
-out_free:
-	free(payload);
-	free(raw);
+	return FLOW_OK;
+}
+
+/* Encode, check and write an uncompressed payload a chunk at a time. */
+static flow_err_t put_tokens(flow_atomic_file_t *file,
+			     flow_checksum_state_t *sum, const char *path,
+			     const uint32_t *tokens, size_t count,
+			     uint32_t token_bytes, uint64_t vocab,
+			     flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	unsigned char *chunk = malloc((size_t)ENCODE_CHUNK * token_bytes);
+	if (!chunk)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	for (size_t at = 0; err == FLOW_OK && at < count; at += ENCODE_CHUNK) {
+		size_t n = count - at < ENCODE_CHUNK ? count - at : ENCODE_CHUNK;
+		if (!encode_checked(chunk, tokens + at, n, token_bytes, vocab))
+			err = out_of_vocab(diag, path, tokens, at, n, vocab);
+		else
+			err = put(file, sum, chunk, n * token_bytes, diag);
+	}
+	free(chunk);
 	return err;
 }
 
@@ -251,14 +378,13 @@ flow_err_t flow_shard_write(const char *path, const uint32_t *tokens,
 	flow_err_t err;
 	uint32_t token_bytes = 0, frames = 0;
 	unsigned char header[SHARD_FIXED_HEADER];
-	unsigned char *index = NULL, *payload = NULL, *chunk = NULL;
+	unsigned char *index = NULL, *payload = NULL;
 	uint64_t payload_len = 0, header_len = SHARD_FIXED_HEADER;
 	size_t index_len = 0;
 	flow_checksum_state_t *sum = NULL;
 	flow_atomic_file_t *file = NULL;
 
-	err = check_write_options(path, tokens, count, options, &token_bytes,
-				  diag);
+	err = check_write_options(path, options, &token_bytes, diag);
 	if (err != FLOW_OK)
 		return err;
 	bool compressed = options->zstd_level != 0;
@@ -275,6 +401,8 @@ flow_err_t flow_shard_write(const char *path, const uint32_t *tokens,
 		if (!(index = malloc(index_len ? index_len : 1)))
 			return flow_diag_set(diag, FLOW_ERR_NOMEM,
 					     "out of memory");
+		/* Compressed before the file is opened: a token above the
+		 * vocabulary leaves nothing behind. */
 		err = compress_frames(path, tokens, count, token_bytes, options,
 				      frames, index, &payload, &payload_len,
 				      diag);
@@ -289,11 +417,6 @@ flow_err_t flow_shard_write(const char *path, const uint32_t *tokens,
 			goto out_free;
 		}
 		payload_len = n;
-		if (!(chunk = malloc((size_t)ENCODE_CHUNK * token_bytes))) {
-			err = flow_diag_set(diag, FLOW_ERR_NOMEM,
-					    "out of memory");
-			goto out_free;
-		}
 	}
 
 	memset(header, 0, sizeof(header));
@@ -321,14 +444,11 @@ flow_err_t flow_shard_write(const char *path, const uint32_t *tokens,
 		err = put(file, sum, index, index_len, diag);
 		if (err == FLOW_OK)
 			err = put(file, sum, payload, payload_len, diag);
-	} else {
-		for (size_t at = 0; err == FLOW_OK && at < count;
-		     at += ENCODE_CHUNK) {
-			size_t n = count - at < ENCODE_CHUNK ? count - at :
-							      ENCODE_CHUNK;
-			encode_tokens(chunk, tokens + at, n, token_bytes);
-			err = put(file, sum, chunk, n * token_bytes, diag);
-		}
+	} else if (err == FLOW_OK) {
+		/* A token above the vocabulary aborts the temporary file, so
+		 * again nothing is left under path. */
+		err = put_tokens(file, sum, path, tokens, count, token_bytes,
+				 options->vocab, diag);
 	}
 	if (err != FLOW_OK)
 		goto out_abort;
@@ -353,7 +473,6 @@ out_abort:
 	flow_atomic_file_abort(file);
 out_free:
 	flow_checksum_state_free(sum);
-	free(chunk);
 	free(payload);
 	free(index);
 	return err;

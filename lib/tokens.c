@@ -209,19 +209,13 @@ static flow_err_t size_mismatch(const flow_token_source_t *s,
 				     " now)", s->name, expected,
 				     actual > expected ? "at least " : "",
 				     actual);
-	if (actual < expected)
-		return flow_diag_set(diag, FLOW_ERR_FORMAT,
-				     "%s: truncated %s file: the header declares "
-				     "%" PRId64 " token%s (%" PRIu64 " bytes) but "
-				     "the file has %" PRIu64 " bytes",
-				     s->name, s->kind, s->count,
-				     s->count == 1 ? "" : "s", expected, actual);
 	return flow_diag_set(diag, FLOW_ERR_FORMAT,
-			     "%s: trailing bytes in %s file: the header "
-			     "declares %" PRId64 " token%s (%" PRIu64 " bytes) "
-			     "but the file has %" PRIu64 " bytes",
-			     s->name, s->kind, s->count,
-			     s->count == 1 ? "" : "s", expected, actual);
+			     "%s: %s %s file: the header declares %" PRId64
+			     " token%s (%" PRIu64 " bytes) but the file has %"
+			     PRIu64 " bytes", s->name,
+			     actual < expected ? "truncated" : "trailing bytes in",
+			     s->kind, s->count, s->count == 1 ? "" : "s",
+			     expected, actual);
 }
 
 /* With count known: check the file size (when known), then emptiness.

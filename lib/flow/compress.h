@@ -17,6 +17,27 @@ FLOW_EXPORT flow_err_t flow_zstd_compress(void *dst, size_t dst_cap,
 					  const void *src, size_t src_len,
 					  int level, size_t *dst_len_out,
 					  flow_diag_t *diag) FLOW_MUST_CHECK;
+/* A compression context kept across frames: compressing many frames
+ * through one context saves zstd's per-call allocation and table setup.
+ * Not thread-safe: one thread at a time per context (give each thread its
+ * own).  Free with flow_zstd_cctx_free(). */
+typedef struct flow_zstd_cctx flow_zstd_cctx_t;
+
+/* FLOW_OK and *cctx_out set, or FLOW_ERR_NOMEM. */
+FLOW_EXPORT flow_err_t flow_zstd_cctx_new(flow_zstd_cctx_t **cctx_out,
+					  flow_diag_t *diag) FLOW_MUST_CHECK;
+/* Accepts NULL. */
+FLOW_EXPORT void flow_zstd_cctx_free(flow_zstd_cctx_t *cctx);
+/* As flow_zstd_compress, through cctx: the frame is byte for byte the one
+ * flow_zstd_compress writes for the same src and level, whatever cctx
+ * compressed before.  FLOW_ERR_USAGE for a bad level, FLOW_ERR_IO when zstd
+ * fails (dst_cap below flow_zstd_bound(src_len) may). */
+FLOW_EXPORT flow_err_t flow_zstd_cctx_compress(flow_zstd_cctx_t *cctx,
+					       void *dst, size_t dst_cap,
+					       const void *src, size_t src_len,
+					       int level, size_t *dst_len_out,
+					       flow_diag_t *diag)
+	FLOW_MUST_CHECK;
 /* Decompress one whole frame whose content is exactly dst_len bytes;
  * anything else (corrupt frame, other size) is FLOW_ERR_FORMAT. */
 FLOW_EXPORT flow_err_t flow_zstd_decompress(void *dst, size_t dst_len,

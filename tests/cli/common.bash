@@ -51,3 +51,39 @@ assert_json() {
 tsv_rows() {
 	printf '%s\n' "$1" | grep -v '^#' | tail -n +2
 }
+
+# No temporary of the artefact $1 ($1.tmp.<pid>, the name flow's atomic
+# writes use) may be left in the current directory.
+assert_no_temporaries() {
+	local t
+	for t in "$1".tmp.*; do
+		if [ -e "$t" ]; then
+			echo "left behind: $t" >&2
+			return 1
+		fi
+	done
+}
+
+# Neither the artefact $1 nor a temporary of it may exist.
+assert_no_artefact() {
+	if [ -e "$1" ]; then
+		echo "$1 exists" >&2
+		return 1
+	fi
+	assert_no_temporaries "$1"
+}
+
+# Run the shell command line $1 with standard input, output and error on a
+# pseudo-terminal, through util-linux script(1): as with `run`, $status is
+# its exit status and $output what it wrote to the terminal (line ends as
+# the terminal gives them, "\r\n").  Skips the test where script(1) is
+# missing or is another implementation (BSD script has no -c).
+run_in_terminal() {
+	if ! command -v script >/dev/null 2>&1; then
+		skip "script(1) not found: cannot run under a pseudo-terminal"
+	fi
+	if ! script --version 2>&1 | grep -q util-linux; then
+		skip "script(1) is not util-linux's: cannot run under a pseudo-terminal"
+	fi
+	run script -qec "$1" /dev/null </dev/null
+}

@@ -17,14 +17,6 @@ setup() {
 		head -c 40000 >corpus.txt
 }
 
-# Nothing named out or out.tmp.* may exist.
-assert_no_output() {
-	[ ! -e out ] || { echo "out exists" >&2; return 1; }
-	local left
-	left=$(ls -a | grep '^out\.tmp\.' || true)
-	[ -z "$left" ] || { echo "left behind: $left" >&2; return 1; }
-}
-
 # ---- help, version, usage errors ----------------------------------------------
 
 @test "flow-shard --help prints the usage on stdout and exits 0" {
@@ -49,7 +41,7 @@ assert_no_output() {
 @test "flow-shard without input is a usage error" {
 	run -2 --separate-stderr flow-shard -o out
 	assert_usage_error flow-shard "missing input (give files, or '-' for standard input)"
-	assert_no_output
+	assert_no_artefact out
 }
 
 @test "flow-shard without -o is a usage error" {
@@ -60,7 +52,7 @@ assert_no_output() {
 @test "flow-shard rejects an unknown option" {
 	run -2 --separate-stderr flow-shard --shards 4 -o out corpus.txt
 	assert_usage_error flow-shard "unknown option '--shards'"
-	assert_no_output
+	assert_no_artefact out
 }
 
 @test "flow-shard rejects an option without its value" {
@@ -92,7 +84,7 @@ assert_no_output() {
 @test "flow-shard rejects --json when building or verifying" {
 	run -2 --separate-stderr flow-shard --json -o out corpus.txt
 	assert_usage_error flow-shard "'--json' needs '--info' or '--order'"
-	assert_no_output
+	assert_no_artefact out
 }
 
 @test "flow-shard rejects bad option values" {
@@ -114,7 +106,7 @@ assert_no_output() {
 	assert_usage_error flow-shard "--vocab: "
 	run -2 --separate-stderr flow-shard --frame-tokens 0 --compress -o out corpus.txt
 	assert_usage_error flow-shard "--frame-tokens: "
-	assert_no_output
+	assert_no_artefact out
 }
 
 @test "flow-shard --frame-tokens needs --compress" {
@@ -139,14 +131,44 @@ assert_no_output() {
 	run -0 --separate-stderr flow-shard --verify out
 	[ -z "$output" ]
 	[ -z "$stderr" ]
-	assert_no_output_tmp=$(ls -a | grep '^out\.tmp\.' || true)
-	[ -z "$assert_no_output_tmp" ]
+	assert_no_temporaries out
 }
 
 @test "flow-shard -v reports what it wrote on stderr" {
 	run -0 --separate-stderr flow-shard -v --shard-tokens 16K -o out corpus.txt
 	[ -z "$output" ]
 	[[ "$stderr" == *"out: 3 shards, 40000 train and 0 val tokens"* ]]
+}
+
+# 1.2 M tokens: more than one read of the builder (1 Mi tokens), so the
+# progress callback runs more than once.
+make_big_corpus() {
+	for _ in $(seq 1 30); do cat corpus.txt; done >big.txt
+}
+
+@test "flow-shard shows progress with tokens/s when stderr is a terminal" {
+	make_big_corpus
+	run_in_terminal "flow-shard --shard-tokens 256K -o out big.txt"
+	[ "$status" -eq 0 ]
+	# "\r1200000 / 1200000 tokens (100%)  12.34 Mtok/s " last, then the
+	# newline that ends the line ("\r\n" on the terminal; `run` drops
+	# the "\n").
+	[[ "$output" =~ $'\r'"1200000 / 1200000 tokens (100%)  "[0-9]+\.[0-9]{2}" Mtok/s "$'\r'$ ]]
+	grep -qx 'split train 1200000 tokens 5 shards' out/manifest
+}
+
+@test "flow-shard prints no progress when stderr is not a terminal" {
+	make_big_corpus
+	# Standard output a terminal, standard error a file.
+	run_in_terminal "flow-shard --shard-tokens 256K -o tty big.txt 2>err"
+	[ "$status" -eq 0 ]
+	[ -z "$output" ]
+	[ -f err ] && [ ! -s err ]
+	# Neither of them a terminal.
+	run -0 --separate-stderr flow-shard --shard-tokens 256K -o file big.txt
+	[ -z "$output" ]
+	[ -z "$stderr" ]
+	grep -qx 'split train 1200000 tokens 5 shards' tty/manifest
 }
 
 @test "flow-shard --info prints the manifest as TSV" {
@@ -172,7 +194,7 @@ assert_no_output() {
 
 @test "flow-shard --compress writes frames that verify and list the level" {
 	run -0 --separate-stderr flow-shard --compress --shard-tokens 16K -o out corpus.txt
-	grep -qx 'compression zstd 3 65536' out/manifest
+	grep -qx 'compression zstd 3 16384' out/manifest
 	run -0 --separate-stderr flow-shard --compress=19 --frame-tokens 1000 -o out19 corpus.txt
 	grep -qx 'compression zstd 19 1000' out19/manifest
 	run -0 flow-shard --verify out19
@@ -210,7 +232,7 @@ assert_no_output() {
 	run -2 --separate-stderr flow-shard -o out "$GOOD/tiny.llmc.bin"
 	[ -z "$output" ]
 	[ "$stderr" = "flow-shard: $GOOD/tiny.llmc.bin: llmc input does not say its vocabulary size (pass --vocab)" ]
-	assert_no_output
+	assert_no_artefact out
 }
 
 @test "flow-shard refuses an existing output directory and leaves it alone" {
@@ -220,7 +242,7 @@ assert_no_output() {
 	[ -z "$output" ]
 	[ "$stderr" = "flow-shard: output directory 'out' already exists" ]
 	[ "$(ls out)" = keep ]
-	[ -z "$(ls -a | grep '^out\.tmp\.' || true)" ]
+	assert_no_temporaries out
 }
 
 @test "flow-shard names a missing input" {
@@ -228,13 +250,13 @@ assert_no_output() {
 	[ -z "$output" ]
 	[[ "$stderr" == "flow-shard: "*"nosuch.txt"* ]]
 	[ "${#stderr_lines[@]}" -eq 1 ]
-	assert_no_output
+	assert_no_artefact out
 }
 
 @test "flow-shard refuses --val-tokens that leave nothing to train on" {
 	run -2 --separate-stderr flow-shard --val-tokens 40000 -o out corpus.txt
 	[ "$stderr" = "flow-shard: the inputs hold 40000 tokens, no more than the 40000 validation tokens: none left to train on" ]
-	assert_no_output
+	assert_no_artefact out
 }
 
 # ---- bad input: one line naming the file, exit 1, no output -------------------
@@ -249,7 +271,7 @@ bad_input() {
 		echo "want: flow-shard: $expected" >&2
 		return 1
 	fi
-	assert_no_output
+	assert_no_artefact out
 }
 
 @test "flow-shard rejects a truncated llm.c file" {
@@ -271,7 +293,7 @@ bad_input() {
 	run -1 --separate-stderr flow-shard -o out --vocab 50257 --format llmc "$BAD/badmagic.llmc.bin"
 	[ -z "$output" ]
 	[[ "$stderr" == "flow-shard: $BAD/badmagic.llmc.bin: not an llm.c token file (magic "*", expected 20240520)" ]]
-	assert_no_output
+	assert_no_artefact out
 }
 
 @test "flow-shard rejects a token id at or above the vocabulary" {
@@ -334,7 +356,7 @@ bad_input() {
 		wait "$pid" || status=$?
 		exec 5>&-
 		if [ "$sig" = TERM ]; then [ "$status" -eq 143 ]; else [ "$status" -eq 130 ]; fi
-		assert_no_output
+		assert_no_artefact out
 	done
 }
 

@@ -60,12 +60,65 @@ static void test_compress_rejects_bad_levels(void **state)
 	assert_int_equal(flow_zstd_compress(dst, sizeof(dst), "x", 1, -1, &len, NULL), FLOW_OK);
 }
 
+/* A reused context writes the frames flow_zstd_compress writes, whatever
+ * it compressed before (other sizes, other levels): flow_shard_write relies
+ * on it for shards that are the same bytes with any number of threads. */
+static void test_compress_cctx_matches_one_shot(void **state)
+{
+	(void)state;
+	size_t n = 200000;
+	unsigned char *src = malloc(n);
+	uint64_t x = 1;
+	for (size_t i = 0; i < n; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		src[i] = (unsigned char)(i % 5 ? (x >> 60) : (x >> 33));
+	}
+	size_t cap = flow_zstd_bound(n);
+	unsigned char *a = malloc(cap), *b = malloc(cap);
+	flow_zstd_cctx_t *cctx = NULL;
+	assert_int_equal(flow_zstd_cctx_new(&cctx, NULL), FLOW_OK);
+	static const size_t sizes[] = { 200000, 1, 4096, 131072, 0, 77777 };
+	static const int levels[] = { 3, 1, 19, -5, 3, 9 };
+	for (int round = 0; round < 2; round++)
+		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+			size_t la, lb;
+			int level = levels[(i + (size_t)round) % 6];
+			assert_int_equal(flow_zstd_compress(a, cap, src, sizes[i], level,
+							    &la, NULL), FLOW_OK);
+			assert_int_equal(flow_zstd_cctx_compress(cctx, b, cap, src, sizes[i],
+								 level, &lb, NULL), FLOW_OK);
+			assert_int_equal(la, lb);
+			assert_memory_equal(a, b, la);
+		}
+	/* Errors as flow_zstd_compress's, and the context still works. */
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	size_t len = 12345;
+	assert_int_equal(flow_zstd_cctx_compress(cctx, b, cap, src, 10, 0, &len, &diag),
+			 FLOW_ERR_USAGE);
+	assert_non_null(strstr(diag.msg, "invalid zstd level '0'"));
+	assert_int_equal(len, 12345);
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_zstd_cctx_compress(cctx, b, 4, src, n, 3, &len, &diag),
+			 FLOW_ERR_IO);
+	assert_non_null(strstr(diag.msg, "zstd compression failed"));
+	assert_int_equal(flow_zstd_cctx_compress(cctx, b, cap, src, n, 3, &len, NULL),
+			 FLOW_OK);
+	assert_int_equal(flow_zstd_decompress(a, n, b, len, NULL), FLOW_OK);
+	assert_memory_equal(a, src, n);
+	flow_zstd_cctx_free(cctx);
+	flow_zstd_cctx_free(NULL);
+	free(src);
+	free(a);
+	free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_compress_round_trip),
 		cmocka_unit_test(test_compress_detects_wrong_size_and_corruption),
 		cmocka_unit_test(test_compress_rejects_bad_levels),
+		cmocka_unit_test(test_compress_cctx_matches_one_shot),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,68 +16,40 @@
 #include <flow/file.h>
 #include <flow/shard.h>
 
+#include "testutil.h"
+
 static char dir[256];
 static char out[512];
 static char in_a[512], in_b[512];
 
-/* Remove a directory tree two levels deep (the test's own layout). */
-static void remove_tree(const char *path)
+/* Write n bytes (at most 1024) cycling through 26 letters from base. */
+static int write_text(const char *path, size_t n, char base)
 {
-	DIR *d = opendir(path);
-	struct dirent *e;
-	char sub[1024];
-	while (d && (e = readdir(d))) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
-		if (unlink(sub) != 0)
-			remove_tree(sub);
-	}
-	if (d)
-		closedir(d);
-	rmdir(path);
-}
-
-static int count_entries(const char *path)
-{
-	int n = 0;
-	DIR *d = opendir(path);
-	struct dirent *e;
-	while (d && (e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	if (d)
-		closedir(d);
-	return n;
-}
-
-static void write_text(const char *path, size_t n, char base)
-{
-	FILE *f = fopen(path, "wb");
+	char buf[1024];
+	if (n > sizeof(buf))
+		return -1;
 	for (size_t i = 0; i < n; i++)
-		fputc(base + (int)(i % 26), f);
-	fclose(f);
+		buf[i] = (char)(base + (int)(i % 26));
+	return testutil_write_file(path, buf, n);
 }
 
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/flow-test-dataset-XXXXXX");
-	if (!mkdtemp(dir))
+	if (testutil_mkdtemp(dir, sizeof(dir), "dataset") != 0)
 		return -1;
 	snprintf(out, sizeof(out), "%s/data", dir);
 	snprintf(in_a, sizeof(in_a), "%s/a.txt", dir);
 	snprintf(in_b, sizeof(in_b), "%s/b.txt", dir);
-	write_text(in_a, 1000, 'a');
-	write_text(in_b, 537, 'A');
+	if (write_text(in_a, 1000, 'a') != 0 || write_text(in_b, 537, 'A') != 0)
+		return -1;
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	remove_tree(dir);
-	return 0;
+	return testutil_rmtree(dir);
 }
 
 static flow_dataset_options_t options(uint64_t shard, uint64_t val, int level)
@@ -116,8 +87,8 @@ static void test_dataset_split_and_shard_sizes(void **state)
 	assert_int_equal(m.split_tokens[FLOW_SPLIT_TRAIN], 1087);
 	assert_int_equal(m.vocab, 256);
 	assert_int_equal(m.token_dtype, FLOW_DTYPE_U16);
-	assert_int_equal(count_entries(out), 7);
-	assert_int_equal(count_entries(dir), 3); /* a.txt, b.txt, data */
+	assert_int_equal(testutil_count_entries(out), 7);
+	assert_int_equal(testutil_count_entries(dir), 3); /* a.txt, b.txt, data */
 
 	/* The manifest on disk is the one returned, and tokens come back in
 	 * input order across the inputs and the split. */
@@ -163,14 +134,14 @@ static void test_dataset_existing_output_is_untouched(void **state)
 	assert_int_equal(mkdir(out, 0755), 0);
 	char keep[1024];
 	snprintf(keep, sizeof(keep), "%s/keep", out);
-	write_text(keep, 3, 'x');
+	assert_int_equal(write_text(keep, 3, 'x'), 0);
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	assert_int_equal(flow_dataset_build(out, inputs, 1, &o, NULL, &diag), FLOW_ERR_IO);
 	char want[600];
 	snprintf(want, sizeof(want), "output directory '%s' already exists", out);
 	assert_string_equal(diag.msg, want);
-	assert_int_equal(count_entries(out), 1);
-	assert_int_equal(count_entries(dir), 3);
+	assert_int_equal(testutil_count_entries(out), 1);
+	assert_int_equal(testutil_count_entries(dir), 3);
 }
 
 static void test_dataset_failed_build_leaves_nothing(void **state)
@@ -186,15 +157,17 @@ static void test_dataset_failed_build_leaves_nothing(void **state)
 	flow_err_t err = flow_dataset_build(out, inputs, 2, &o, NULL, &diag);
 	assert_int_equal(err, FLOW_ERR_IO);
 	assert_non_null(strstr(diag.msg, "missing.txt"));
-	assert_int_equal(count_entries(dir), 2); /* a.txt, b.txt only */
+	assert_int_equal(testutil_count_entries(dir), 2); /* a.txt, b.txt only */
 
 	/* An error in the middle of the data, after shards were written. */
 	char bad[600];
 	snprintf(bad, sizeof(bad), "%s/bad.u16", dir);
-	FILE *f = fopen(bad, "wb");
-	for (int i = 0; i < 500; i++)
-		fputc(i == 401 ? 0x7f : 1, f), fputc(i == 401 ? 0x7f : 0, f);
-	fclose(f);
+	unsigned char ids[1000]; /* 500 u16 tokens of 1, but 0x7f7f at 401 */
+	for (int i = 0; i < 500; i++) {
+		ids[2 * i] = i == 401 ? 0x7f : 1;
+		ids[2 * i + 1] = i == 401 ? 0x7f : 0;
+	}
+	assert_int_equal(testutil_write_file(bad, ids, sizeof(ids)), 0);
 	const char *inputs2[] = { bad };
 	o = options(100, 0, 0);
 	o.input.format = FLOW_INPUT_RAW;
@@ -204,7 +177,7 @@ static void test_dataset_failed_build_leaves_nothing(void **state)
 	assert_int_equal(flow_dataset_build(out, inputs2, 1, &o, NULL, &diag), FLOW_ERR_FORMAT);
 	assert_non_null(strstr(diag.msg, "at byte 802"));
 	unlink(bad);
-	assert_int_equal(count_entries(dir), 2);
+	assert_int_equal(testutil_count_entries(dir), 2);
 }
 
 static void test_dataset_rejects_bad_options(void **state)
@@ -223,7 +196,7 @@ static void test_dataset_rejects_bad_options(void **state)
 	flow_diag_clear(&diag);
 	assert_int_equal(flow_dataset_build(out, inputs, 0, &o, NULL, &diag), FLOW_ERR_USAGE);
 	assert_string_equal(diag.msg, "no input files");
-	assert_int_equal(count_entries(dir), 2);
+	assert_int_equal(testutil_count_entries(dir), 2);
 }
 
 static void test_dataset_verify_names_the_bad_shard(void **state)

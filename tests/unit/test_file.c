@@ -5,7 +5,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,43 +13,20 @@
 
 #include <flow/file.h>
 
+#include "testutil.h"
+
 static char dir[256];
 
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/flow-test-file-XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
+	return testutil_mkdtemp(dir, sizeof(dir), "file");
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	char path[512];
-	while (d && (e = readdir(d))) {
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		unlink(path);
-	}
-	if (d)
-		closedir(d);
-	rmdir(dir);
-	return 0;
-}
-
-static int count_entries(void)
-{
-	int n = 0;
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
+	return testutil_rmtree(dir);
 }
 
 static void test_file_write_atomic_then_read_back(void **state)
@@ -64,7 +40,7 @@ static void test_file_write_atomic_then_read_back(void **state)
 	assert_int_equal(len, 6);
 	assert_string_equal(data, "hello\n");
 	free(data);
-	assert_int_equal(count_entries(), 1); /* no temporary left */
+	assert_int_equal(testutil_count_entries(dir), 1); /* no temporary left */
 }
 
 static void test_file_abort_keeps_the_old_contents(void **state)
@@ -77,10 +53,10 @@ static void test_file_abort_keeps_the_old_contents(void **state)
 	flow_atomic_file_t *f;
 	assert_int_equal(flow_atomic_file_open(path, &f, NULL), FLOW_OK);
 	assert_int_equal(flow_atomic_file_write(f, "new data", 8, NULL), FLOW_OK);
-	assert_int_equal(count_entries(), 2); /* the temporary beside it */
+	assert_int_equal(testutil_count_entries(dir), 2); /* the temporary beside it */
 	assert_non_null(strstr(flow_atomic_file_temp_path(f), "b.txt.tmp."));
 	flow_atomic_file_abort(f);
-	assert_int_equal(count_entries(), 1);
+	assert_int_equal(testutil_count_entries(dir), 1);
 	assert_int_equal(flow_file_read_all(path, &data, &len, NULL), FLOW_OK);
 	assert_string_equal(data, "old");
 	free(data);
@@ -94,9 +70,9 @@ static void test_file_cleanup_all_removes_open_temporaries(void **state)
 	snprintf(path, sizeof(path), "%s/c.bin", dir);
 	flow_atomic_file_t *f;
 	assert_int_equal(flow_atomic_file_open(path, &f, NULL), FLOW_OK);
-	assert_int_equal(count_entries(), 1);
+	assert_int_equal(testutil_count_entries(dir), 1);
 	flow_atomic_file_cleanup_all(); /* what a signal handler does */
-	assert_int_equal(count_entries(), 0);
+	assert_int_equal(testutil_count_entries(dir), 0);
 	flow_atomic_file_abort(f);
 }
 
@@ -128,8 +104,7 @@ static void test_file_commit_failure_leaves_final_name_alone(void **state)
 	assert_int_equal(mkdir(path, 0755), 0);
 	char inner[600];
 	snprintf(inner, sizeof(inner), "%s/keep", path);
-	FILE *k = fopen(inner, "w");
-	fclose(k);
+	assert_int_equal(testutil_write_file(inner, "", 0), 0);
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_atomic_file_t *f;
 	assert_int_equal(flow_atomic_file_open(path, &f, NULL), FLOW_OK);
@@ -138,9 +113,8 @@ static void test_file_commit_failure_leaves_final_name_alone(void **state)
 	assert_non_null(strstr(diag.msg, "cannot rename"));
 	struct stat st;
 	assert_int_equal(stat(inner, &st), 0);
-	unlink(inner);
-	rmdir(path);
-	assert_int_equal(count_entries(), 0);
+	assert_int_equal(testutil_rmtree(path), 0);
+	assert_int_equal(testutil_count_entries(dir), 0);
 }
 
 static void put_files(const char *in, int n)
@@ -150,22 +124,6 @@ static void put_files(const char *in, int n)
 		snprintf(p, sizeof(p), "%s/f%03d", in, i);
 		assert_int_equal(flow_file_write_atomic(p, "x", 1, NULL), FLOW_OK);
 	}
-}
-
-static void remove_flat(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	char p[1024];
-	while (d && (e = readdir(d))) {
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-		unlink(p);
-	}
-	if (d)
-		closedir(d);
-	rmdir(path);
 }
 
 static void test_file_temp_dir_commit_renames_into_place(void **state)
@@ -183,8 +141,8 @@ static void test_file_temp_dir_commit_renames_into_place(void **state)
 	struct stat st;
 	assert_int_equal(stat(path, &st), 0);
 	assert_true(S_ISDIR(st.st_mode));
-	assert_int_equal(count_entries(), 1);
-	remove_flat(path);
+	assert_int_equal(testutil_count_entries(dir), 1);
+	assert_int_equal(testutil_rmtree(path), 0);
 }
 
 static void test_file_temp_dir_refuses_an_existing_path(void **state)
@@ -206,7 +164,7 @@ static void test_file_temp_dir_refuses_an_existing_path(void **state)
 	flow_diag_clear(&diag);
 	assert_int_equal(flow_temp_dir_commit(t, &diag), FLOW_ERR_IO);
 	assert_non_null(strstr(diag.msg, "already exists"));
-	assert_int_equal(count_entries(), 1); /* the temporary is gone */
+	assert_int_equal(testutil_count_entries(dir), 1); /* the temporary is gone */
 	rmdir(path);
 }
 
@@ -219,7 +177,7 @@ static void test_file_temp_dir_abort_and_cleanup_remove_everything(void **state)
 	assert_int_equal(flow_temp_dir_create(path, &t, NULL), FLOW_OK);
 	put_files(flow_temp_dir_path(t), 300); /* more than one getdents64 buffer */
 	flow_temp_dir_abort(t);
-	assert_int_equal(count_entries(), 0);
+	assert_int_equal(testutil_count_entries(dir), 0);
 	flow_temp_dir_abort(NULL);
 
 	/* The signal path: files (and an open atomic file) inside an
@@ -231,10 +189,10 @@ static void test_file_temp_dir_abort_and_cleanup_remove_everything(void **state)
 	flow_atomic_file_t *f;
 	assert_int_equal(flow_atomic_file_open(inner, &f, NULL), FLOW_OK);
 	flow_atomic_file_cleanup_all();
-	assert_int_equal(count_entries(), 0);
+	assert_int_equal(testutil_count_entries(dir), 0);
 	flow_atomic_file_abort(f);
 	flow_temp_dir_abort(t); /* already gone: harmless */
-	assert_int_equal(count_entries(), 0);
+	assert_int_equal(testutil_count_entries(dir), 0);
 }
 
 int main(void)

@@ -13,7 +13,6 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
-#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 #include <flow/shard.h>
 
 #include "loader_internal.h"
+#include "testutil.h"
 
 /* The corpus: TEXT_LEN pseudo-random bytes; VAL_TOKENS go to the val
  * split, the rest to train in shards of SHARD_TOKENS. */
@@ -54,13 +54,7 @@ static int build(const char *name, const unsigned char *buf, size_t len,
 	char input[512];
 	snprintf(input, sizeof(input), "%s/%s.txt", tmpdir, name);
 	snprintf(dir_out, dir_cap, "%s/%s", tmpdir, name);
-	FILE *f = fopen(input, "wb");
-	if (!f || fwrite(buf, 1, len, f) != len) {
-		if (f)
-			fclose(f);
-		return -1;
-	}
-	if (fclose(f) != 0)
+	if (testutil_write_file(input, buf, len) != 0)
 		return -1;
 	flow_dataset_options_t o;
 	memset(&o, 0, sizeof(o));
@@ -84,10 +78,7 @@ static int build(const char *name, const unsigned char *buf, size_t len,
 static int group_setup(void **state)
 {
 	(void)state;
-	const char *base = getenv("TMPDIR");
-	snprintf(tmpdir, sizeof(tmpdir), "%s/flow-test-loader-XXXXXX",
-		 base && *base ? base : "/tmp");
-	if (!mkdtemp(tmpdir))
+	if (testutil_mkdtemp(tmpdir, sizeof(tmpdir), "loader") != 0)
 		return -1;
 	fill_text(text, TEXT_LEN, 1);
 	fill_text(other_text, TEXT_LEN, 2);
@@ -101,31 +92,10 @@ static int group_setup(void **state)
 	return 0;
 }
 
-/* Remove path and, when it is a directory, everything under it (the
- * datasets are one level of plain files). */
-static int remove_tree(const char *path)
-{
-	DIR *d = opendir(path);
-	if (!d)
-		return remove(path);
-	struct dirent *e;
-	int rc = 0;
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		char child[1024];
-		snprintf(child, sizeof(child), "%s/%s", path, e->d_name);
-		if (remove_tree(child) != 0)
-			rc = -1;
-	}
-	closedir(d);
-	return rmdir(path) == 0 ? rc : -1;
-}
-
 static int group_teardown(void **state)
 {
 	(void)state;
-	return remove_tree(tmpdir);
+	return testutil_rmtree(tmpdir);
 }
 
 static flow_loader_options_t options(const char *dir, uint32_t seq_len,
@@ -445,6 +415,51 @@ static void test_loader_tokens_are_the_text_at_each_sample(void **state)
 	check_tokens(zstd_dir, FLOW_SPLIT_VAL, 1, 2, true);
 }
 
+/* The world-1 stream of steps x per tokens (inputs and targets) and room
+ * for one rank's slices of it. */
+typedef struct streams {
+	int32_t *ref_in, *ref_tg, *in, *tg;
+} streams_t;
+
+static streams_t streams_alloc(size_t steps, size_t per)
+{
+	streams_t b = {
+		malloc(steps * per * sizeof(int32_t)),
+		malloc(steps * per * sizeof(int32_t)),
+		malloc(steps * per * sizeof(int32_t)),
+		malloc(steps * per * sizeof(int32_t)),
+	};
+	assert_non_null(b.ref_in);
+	assert_non_null(b.ref_tg);
+	assert_non_null(b.in);
+	assert_non_null(b.tg);
+	return b;
+}
+
+static void streams_free(streams_t *b)
+{
+	free(b->ref_in);
+	free(b->ref_tg);
+	free(b->in);
+	free(b->tg);
+}
+
+/* Rank's slices of steps [first, first + steps), local tokens each, read
+ * into b->in/b->tg from their start, are the world-1 stream's (per tokens
+ * a step) token for token. */
+static void expect_rank_slices(const streams_t *b, size_t first,
+			       size_t steps, size_t per, uint32_t rank,
+			       size_t local)
+{
+	for (size_t s = 0; s < steps; s++) {
+		size_t at = (first + s) * per + rank * local;
+		assert_memory_equal(b->in + s * local, b->ref_in + at,
+				    local * sizeof(int32_t));
+		assert_memory_equal(b->tg + s * local, b->ref_tg + at,
+				    local * sizeof(int32_t));
+	}
+}
+
 /* World sizes 1, 2, 4 and 8 (and prefetch on or off, compressed or not):
  * the ranks' slices of each global batch, concatenated in rank order, are
  * the world-1 batch token for token, over steps that cross epochs. */
@@ -454,45 +469,25 @@ static void test_loader_world_sizes_read_the_same_stream(void **state)
 	enum { T = 64, G = 8, STEPS = 50, PER = G * T };
 	const char *dirs[] = { plain_dir, zstd_dir };
 	for (size_t d = 0; d < 2; d++) {
-		int32_t *ref_in = malloc(STEPS * PER * sizeof(int32_t));
-		int32_t *ref_tg = malloc(STEPS * PER * sizeof(int32_t));
-		int32_t *in = malloc(STEPS * PER * sizeof(int32_t));
-		int32_t *tg = malloc(STEPS * PER * sizeof(int32_t));
-		assert_non_null(ref_in);
-		assert_non_null(ref_tg);
-		assert_non_null(in);
-		assert_non_null(tg);
+		streams_t b = streams_alloc(STEPS, PER);
 		flow_loader_options_t o = options(dirs[d], T, G, 0, 1, false);
 		flow_loader_t *loader = open_ok(&o);
 		/* The stream really crosses an epoch boundary. */
 		assert_true(flow_loader_samples_per_epoch(loader) <
 			    (uint64_t)STEPS * G);
-		read_steps(loader, STEPS, ref_in, ref_tg, PER);
+		read_steps(loader, STEPS, b.ref_in, b.ref_tg, PER);
 		flow_loader_free(loader);
 		for (uint32_t w = 2; w <= 8; w *= 2) {
 			const size_t local = PER / w;
 			for (uint32_t r = 0; r < w; r++) {
 				o = options(dirs[d], T, G, r, w, r % 2 == 1);
 				loader = open_ok(&o);
-				read_steps(loader, STEPS, in, tg, local);
-				for (size_t s = 0; s < STEPS; s++) {
-					size_t at = s * PER + r * local;
-					assert_memory_equal(in + s * local,
-							    ref_in + at,
-							    local *
-								    sizeof(int32_t));
-					assert_memory_equal(tg + s * local,
-							    ref_tg + at,
-							    local *
-								    sizeof(int32_t));
-				}
+				read_steps(loader, STEPS, b.in, b.tg, local);
+				expect_rank_slices(&b, 0, STEPS, PER, r, local);
 				flow_loader_free(loader);
 			}
 		}
-		free(ref_in);
-		free(ref_tg);
-		free(in);
-		free(tg);
+		streams_free(&b);
 	}
 }
 
@@ -502,18 +497,11 @@ static void test_loader_resume_with_another_world_size(void **state)
 {
 	(void)state;
 	enum { T = 64, G = 8, K = 17, STEPS = 50, PER = G * T };
-	int32_t *ref_in = malloc(STEPS * PER * sizeof(int32_t));
-	int32_t *ref_tg = malloc(STEPS * PER * sizeof(int32_t));
-	int32_t *in = malloc(STEPS * PER * sizeof(int32_t));
-	int32_t *tg = malloc(STEPS * PER * sizeof(int32_t));
-	assert_non_null(ref_in);
-	assert_non_null(ref_tg);
-	assert_non_null(in);
-	assert_non_null(tg);
+	streams_t b = streams_alloc(STEPS, PER);
 	flow_loader_options_t o = options(zstd_dir, T, G, 0, 1, false);
 	flow_loader_t *loader = open_ok(&o);
 	const uint64_t n = flow_loader_samples_per_epoch(loader);
-	read_steps(loader, STEPS, ref_in, ref_tg, PER);
+	read_steps(loader, STEPS, b.ref_in, b.ref_tg, PER);
 	flow_loader_free(loader);
 
 	/* Both ranks of the first run stop after K steps at the same
@@ -522,7 +510,7 @@ static void test_loader_resume_with_another_world_size(void **state)
 	for (uint32_t r = 0; r < 2; r++) {
 		o = options(zstd_dir, T, G, r, 2, r == 1);
 		loader = open_ok(&o);
-		read_steps(loader, K, in, tg, PER / 2);
+		read_steps(loader, K, b.in, b.tg, PER / 2);
 		saved[r] = flow_loader_get_state(loader);
 		flow_loader_free(loader);
 	}
@@ -538,23 +526,14 @@ static void test_loader_resume_with_another_world_size(void **state)
 		flow_diag_t diag = FLOW_DIAG_INIT;
 		assert_int_equal(flow_loader_seek(loader, &saved[0], &diag),
 				 FLOW_OK);
-		read_steps(loader, STEPS - K, in, tg, local);
-		for (size_t s = 0; s < STEPS - K; s++) {
-			size_t at = (K + s) * PER + r * local;
-			assert_memory_equal(in + s * local, ref_in + at,
-					    local * sizeof(int32_t));
-			assert_memory_equal(tg + s * local, ref_tg + at,
-					    local * sizeof(int32_t));
-		}
+		read_steps(loader, STEPS - K, b.in, b.tg, local);
+		expect_rank_slices(&b, K, STEPS - K, PER, r, local);
 		flow_loader_state_t end = flow_loader_get_state(loader);
 		assert_int_equal(end.epoch, (uint64_t)STEPS * G / n);
 		assert_int_equal(end.index, (uint64_t)STEPS * G % n);
 		flow_loader_free(loader);
 	}
-	free(ref_in);
-	free(ref_tg);
-	free(in);
-	free(tg);
+	streams_free(&b);
 }
 
 /* Prefetching gives the batches of a synchronous loader, also around a

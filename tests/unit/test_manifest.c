@@ -15,14 +15,15 @@
 #include <flow/file.h>
 #include <flow/shard.h>
 
+#include "testutil.h"
+
 static char dir[256];
 static char mpath[512];
 
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/flow-test-manifest-XXXXXX");
-	if (!mkdtemp(dir))
+	if (testutil_mkdtemp(dir, sizeof(dir), "manifest") != 0)
 		return -1;
 	snprintf(mpath, sizeof(mpath), "%s/manifest", dir);
 	return 0;
@@ -31,9 +32,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	unlink(mpath);
-	rmdir(dir);
-	return 0;
+	return testutil_rmtree(dir);
 }
 
 static flow_manifest_shard_t shards[3] = {

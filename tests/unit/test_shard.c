@@ -16,14 +16,15 @@
 #include <flow/checksum.h>
 #include <flow/shard.h>
 
+#include "testutil.h"
+
 static char dir[256];
 static char path[512];
 
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/flow-test-shard-XXXXXX");
-	if (!mkdtemp(dir))
+	if (testutil_mkdtemp(dir, sizeof(dir), "shard") != 0)
 		return -1;
 	snprintf(path, sizeof(path), "%s/s.bin", dir);
 	return 0;
@@ -32,9 +33,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	unlink(path);
-	rmdir(dir);
-	return 0;
+	return testutil_rmtree(dir);
 }
 
 static uint32_t *make_tokens(size_t n, uint32_t vocab, uint32_t seed)
@@ -381,6 +380,67 @@ static void test_shard_split_names(void **state)
 	assert_string_equal(diag.msg, "unknown split 'test' (expected train or val)");
 }
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* flow_shard_write compresses frames on OpenMP threads: the file must be
+ * the same bytes with 1, 2 or 3 threads, and a token above the vocabulary
+ * must be reported at the same (first) index whichever thread finds it. */
+static void test_shard_compressed_bytes_do_not_depend_on_threads(void **state)
+{
+	(void)state;
+	size_t n = 300007;
+	uint32_t *t = make_tokens(n, 50257, 11);
+	flow_shard_write_options_t o = { FLOW_DTYPE_U16, 50257, 3, 1000 };
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	unsigned char *bytes[3] = { NULL, NULL, NULL };
+	long len[3];
+#ifdef _OPENMP
+	int saved = omp_get_max_threads();
+#endif
+	for (int k = 0; k < 3; k++) {
+#ifdef _OPENMP
+		omp_set_num_threads(k + 1);
+#endif
+		char p[600];
+		snprintf(p, sizeof(p), "%s/threads%d.bin", dir, k + 1);
+		assert_int_equal(flow_shard_write(p, t, n, &o, NULL, &diag), FLOW_OK);
+		FILE *f = fopen(p, "rb");
+		assert_non_null(f);
+		assert_int_equal(fseek(f, 0, SEEK_END), 0);
+		len[k] = ftell(f);
+		rewind(f);
+		bytes[k] = malloc((size_t)len[k]);
+		assert_int_equal(fread(bytes[k], 1, (size_t)len[k], f), (size_t)len[k]);
+		fclose(f);
+		assert_int_equal(flow_shard_verify_file(p, NULL, &diag), FLOW_OK);
+	}
+	for (int k = 1; k < 3; k++) {
+		assert_int_equal(len[k], len[0]);
+		assert_memory_equal(bytes[k], bytes[0], (size_t)len[0]);
+	}
+	/* Bad tokens in frames 12 and 250: frame 12's is the one reported. */
+	t[250000] = 60000;
+	t[12345] = 50257;
+	for (int k = 0; k < 3; k++) {
+#ifdef _OPENMP
+		omp_set_num_threads(k + 1);
+#endif
+		flow_diag_clear(&diag);
+		assert_int_equal(flow_shard_write(path, t, n, &o, NULL, &diag),
+				 FLOW_ERR_USAGE);
+		assert_non_null(strstr(diag.msg, "token 50257 at index 12345 is not below the vocabulary size 50257"));
+		assert_int_equal(access(path, F_OK), -1);
+	}
+#ifdef _OPENMP
+	omp_set_num_threads(saved);
+#endif
+	for (int k = 0; k < 3; k++)
+		free(bytes[k]);
+	free(t);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -399,6 +459,7 @@ int main(void)
 		T(test_shard_verify_finds_tokens_above_the_vocabulary),
 		T(test_shard_open_names_a_missing_file),
 		T(test_shard_split_names),
+		T(test_shard_compressed_bytes_do_not_depend_on_threads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,45 +21,23 @@
 
 #include <flow/tokens.h>
 
+#include "testutil.h"
+
 static char dir[256];
 
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/flow-test-tokens-XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
+	return testutil_mkdtemp(dir, sizeof(dir), "tokens");
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	char path[512];
-	while (d && (e = readdir(d))) {
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		if (rmdir(path) != 0)
-			unlink(path);
-	}
-	if (d)
-		closedir(d);
-	rmdir(dir);
-	return 0;
+	return testutil_rmtree(dir);
 }
 
 /* ---- helpers -------------------------------------------------------------- */
-
-/* Path of a committed file: $top_srcdir/tests/data/<sub>/<name>. */
-static const char *data_path(const char *sub, const char *name)
-{
-	static char path[1024];
-	const char *top = getenv("top_srcdir");
-	snprintf(path, sizeof(path), "%s/tests/data/%s/%s", top ? top : ".",
-		 sub, name);
-	return path;
-}
 
 static const char *tmp_path(const char *name)
 {
@@ -72,11 +49,7 @@ static const char *tmp_path(const char *name)
 static const char *write_tmp(const char *name, const void *data, size_t len)
 {
 	const char *path = tmp_path(name);
-	FILE *f = fopen(path, "wb");
-	assert_non_null(f);
-	if (len)
-		assert_int_equal(fwrite(data, 1, len, f), len);
-	assert_int_equal(fclose(f), 0);
+	assert_int_equal(testutil_write_file(path, data, len), 0);
 	return path;
 }
 
@@ -298,7 +271,7 @@ static void test_tokens_text_is_one_token_per_byte(void **state)
 	uint32_t want[13];
 	for (size_t i = 0; i < 13; i++)
 		want[i] = (unsigned char)text[i];
-	const char *path = data_path("good", "hello.txt");
+	const char *path = testutil_data_path("good", "hello.txt");
 	expect_tokens(path, &auto_opts, FLOW_INPUT_TEXT, want, 13);
 
 	flow_token_source_t *s;
@@ -326,10 +299,10 @@ static void test_tokens_llmc_versions_round_trip(void **state)
 	const uint32_t v1[] = { 15496, 11, 995, 50256, 0 };
 	const uint32_t v2[] = { 1, 70000, 100000, 128000 };
 	flow_token_source_options_t o = opts(FLOW_INPUT_AUTO, 0, 50257);
-	expect_tokens(data_path("good", "tiny.llmc.bin"), &o, FLOW_INPUT_LLMC,
+	expect_tokens(testutil_data_path("good", "tiny.llmc.bin"), &o, FLOW_INPUT_LLMC,
 		      v1, 5);
 	o.vocab = 128256;
-	expect_tokens(data_path("good", "tiny32.llmc.bin"), &o,
+	expect_tokens(testutil_data_path("good", "tiny32.llmc.bin"), &o,
 		      FLOW_INPUT_LLMC, v2, 4);
 
 	/* The largest ids each version holds; the format is forced. */
@@ -356,9 +329,9 @@ static void test_tokens_raw_dtype_from_extension_or_option(void **state)
 	(void)state;
 	const uint32_t u16[] = { 15496, 11, 995, 50256 };
 	const uint32_t u32[] = { 1, 70000 };
-	expect_tokens(data_path("good", "tiny.u16"), &auto_opts,
+	expect_tokens(testutil_data_path("good", "tiny.u16"), &auto_opts,
 		      FLOW_INPUT_RAW, u16, 4);
-	expect_tokens(data_path("good", "tiny.u32"), &auto_opts,
+	expect_tokens(testutil_data_path("good", "tiny.u32"), &auto_opts,
 		      FLOW_INPUT_RAW, u32, 2);
 
 	/* Any name with --format raw and a dtype; the dtype wins over the
@@ -389,7 +362,7 @@ static void test_tokens_npy_integer_dtypes_round_trip(void **state)
 {
 	(void)state;
 	const uint32_t hello[] = { 15496, 11, 995, 50256 };
-	expect_tokens(data_path("good", "tiny.npy"), &auto_opts,
+	expect_tokens(testutil_data_path("good", "tiny.npy"), &auto_opts,
 		      FLOW_INPUT_NPY, hello, 4);
 
 	static const struct {
@@ -463,7 +436,7 @@ static void test_tokens_auto_goes_by_magic_then_extension(void **state)
 		      FLOW_INPUT_NPY, ids, 2);
 
 	/* A .bin without the llm.c magic is text when nothing is forced... */
-	const char *bad = data_path("bad", "badmagic.llmc.bin");
+	const char *bad = testutil_data_path("bad", "badmagic.llmc.bin");
 	flow_token_source_t *s;
 	assert_int_equal(flow_token_source_open(bad, &auto_opts, &s, NULL),
 			 FLOW_OK);
@@ -481,7 +454,7 @@ static void test_tokens_auto_goes_by_magic_then_extension(void **state)
 		     "not a NumPy .npy file (no \\x93NUMPY magic at byte 0)");
 	/* Text forced over a magic reads the header as bytes. */
 	o = opts(FLOW_INPUT_TEXT, 0, 0);
-	assert_int_equal(flow_token_source_open(data_path("bad",
+	assert_int_equal(flow_token_source_open(testutil_data_path("bad",
 		"truncated.llmc.bin"), &o, &s, NULL), FLOW_OK);
 	assert_int_equal(flow_token_source_format(s), FLOW_INPUT_TEXT);
 	assert_int_equal(flow_token_source_count(s), 1036);
@@ -527,7 +500,7 @@ static void test_tokens_large_inputs_stream_in_chunks(void **state)
 	size_t count;
 	assert_int_equal(read_all(path, &o, got, n, 4097, &count, NULL, &diag),
 			 FLOW_ERR_FORMAT);
-	char want[512];
+	char want[1024];
 	snprintf(want, sizeof(want), "%s: token 50257 at byte %zu is not "
 		 "below the vocabulary size 50257", path, len - 8);
 	assert_string_equal(diag.msg, want);
@@ -637,22 +610,22 @@ static void test_tokens_llmc_bad_files(void **state)
 {
 	(void)state;
 	flow_token_source_options_t o = opts(FLOW_INPUT_AUTO, 0, 0);
-	expect_error(data_path("bad", "truncated.llmc.bin"), &o,
+	expect_error(testutil_data_path("bad", "truncated.llmc.bin"), &o,
 		     FLOW_ERR_FORMAT,
 		     "truncated llm.c file: the header declares 10 tokens "
 		     "(1044 bytes) but the file has 1036 bytes");
-	expect_error(data_path("bad", "trailing.llmc.bin"), &o,
+	expect_error(testutil_data_path("bad", "trailing.llmc.bin"), &o,
 		     FLOW_ERR_FORMAT,
 		     "trailing bytes in llm.c file: the header declares 4 "
 		     "tokens (1032 bytes) but the file has 1036 bytes");
-	expect_error(data_path("bad", "badversion.llmc.bin"), &o,
+	expect_error(testutil_data_path("bad", "badversion.llmc.bin"), &o,
 		     FLOW_ERR_FORMAT,
 		     "unsupported llm.c version 3 at byte 4 (expected 1 for "
 		     "uint16 or 2 for uint32 tokens)");
-	expect_error(data_path("bad", "empty.llmc.bin"), &o, FLOW_ERR_FORMAT,
+	expect_error(testutil_data_path("bad", "empty.llmc.bin"), &o, FLOW_ERR_FORMAT,
 		     "empty input");
 	o.format = FLOW_INPUT_LLMC;
-	expect_error(data_path("bad", "badmagic.llmc.bin"), &o,
+	expect_error(testutil_data_path("bad", "badmagic.llmc.bin"), &o,
 		     FLOW_ERR_FORMAT,
 		     "not an llm.c token file (magic 12345, expected "
 		     "20240520)");
@@ -661,27 +634,27 @@ static void test_tokens_llmc_bad_files(void **state)
 static void test_tokens_npy_bad_files(void **state)
 {
 	(void)state;
-	expect_error(data_path("bad", "float32.npy"), &auto_opts,
+	expect_error(testutil_data_path("bad", "float32.npy"), &auto_opts,
 		     FLOW_ERR_FORMAT, "npy dtype '<f4' is not an integer type");
-	expect_error(data_path("bad", "negative.npy"), &auto_opts,
+	expect_error(testutil_data_path("bad", "negative.npy"), &auto_opts,
 		     FLOW_ERR_FORMAT, "token -1 at byte 132 is negative");
-	expect_error(data_path("bad", "fortran.npy"), &auto_opts,
+	expect_error(testutil_data_path("bad", "fortran.npy"), &auto_opts,
 		     FLOW_ERR_FORMAT,
 		     "npy array is in Fortran order; only C order is "
 		     "supported");
-	expect_error(data_path("bad", "badheader.npy"), &auto_opts,
+	expect_error(testutil_data_path("bad", "badheader.npy"), &auto_opts,
 		     FLOW_ERR_FORMAT, "bad npy header: missing 'shape'");
-	expect_error(data_path("bad", "truncated.npy"), &auto_opts,
+	expect_error(testutil_data_path("bad", "truncated.npy"), &auto_opts,
 		     FLOW_ERR_FORMAT,
 		     "truncated npy file: the header declares 10 tokens (168 "
 		     "bytes) but the file has 144 bytes");
 	flow_token_source_options_t o = opts(FLOW_INPUT_AUTO, 0, 50257);
-	expect_error(data_path("bad", "bigtoken.npy"), &o, FLOW_ERR_FORMAT,
+	expect_error(testutil_data_path("bad", "bigtoken.npy"), &o, FLOW_ERR_FORMAT,
 		     "token 70000 at byte 136 is not below the vocabulary "
 		     "size 50257");
 	/* Without a vocabulary the same file is fine. */
 	const uint32_t ids[] = { 1, 70000 };
-	expect_tokens(data_path("bad", "bigtoken.npy"), &auto_opts,
+	expect_tokens(testutil_data_path("bad", "bigtoken.npy"), &auto_opts,
 		      FLOW_INPUT_NPY, ids, 2);
 }
 
@@ -689,13 +662,13 @@ static void test_tokens_raw_text_and_missing_bad_files(void **state)
 {
 	(void)state;
 	flow_token_source_options_t o = opts(FLOW_INPUT_AUTO, 0, 50257);
-	expect_error(data_path("bad", "bigtoken.u16"), &o, FLOW_ERR_FORMAT,
+	expect_error(testutil_data_path("bad", "bigtoken.u16"), &o, FLOW_ERR_FORMAT,
 		     "token 60000 at byte 4 is not below the vocabulary size "
 		     "50257");
-	expect_error(data_path("bad", "odd.u16"), &auto_opts, FLOW_ERR_FORMAT,
+	expect_error(testutil_data_path("bad", "odd.u16"), &auto_opts, FLOW_ERR_FORMAT,
 		     "raw u16 input has 5 bytes, not a multiple of 2 (partial "
 		     "token at byte 4)");
-	expect_error(data_path("bad", "empty.txt"), &auto_opts,
+	expect_error(testutil_data_path("bad", "empty.txt"), &auto_opts,
 		     FLOW_ERR_FORMAT, "empty input");
 
 	const char *path = tmp_path("no-such-file.bin");
@@ -717,29 +690,29 @@ static void test_tokens_vocab_is_checked_in_every_format(void **state)
 	(void)state;
 	/* Text: 'h' is 104. */
 	flow_token_source_options_t o = opts(FLOW_INPUT_AUTO, 0, 100);
-	expect_error(data_path("good", "hello.txt"), &o, FLOW_ERR_FORMAT,
+	expect_error(testutil_data_path("good", "hello.txt"), &o, FLOW_ERR_FORMAT,
 		     "token 104 at byte 0 is not below the vocabulary size "
 		     "100");
 	/* llm.c v1 and v2: the offset counts the 1024-byte header. */
 	o.vocab = 50256;
-	expect_error(data_path("good", "tiny.llmc.bin"), &o, FLOW_ERR_FORMAT,
+	expect_error(testutil_data_path("good", "tiny.llmc.bin"), &o, FLOW_ERR_FORMAT,
 		     "token 50256 at byte 1030 is not below the vocabulary "
 		     "size 50256");
 	o.vocab = 100000;
-	expect_error(data_path("good", "tiny32.llmc.bin"), &o,
+	expect_error(testutil_data_path("good", "tiny32.llmc.bin"), &o,
 		     FLOW_ERR_FORMAT,
 		     "token 100000 at byte 1032 is not below the vocabulary "
 		     "size 100000");
 	/* Raw and npy. */
 	o.vocab = 70000;
-	expect_error(data_path("good", "tiny.u32"), &o, FLOW_ERR_FORMAT,
+	expect_error(testutil_data_path("good", "tiny.u32"), &o, FLOW_ERR_FORMAT,
 		     "token 70000 at byte 4 is not below the vocabulary size "
 		     "70000");
 	o.vocab = 50257;
-	expect_tokens(data_path("good", "tiny.npy"), &o, FLOW_INPUT_NPY,
+	expect_tokens(testutil_data_path("good", "tiny.npy"), &o, FLOW_INPUT_NPY,
 		      (const uint32_t[]){ 15496, 11, 995, 50256 }, 4);
 	o.vocab = 995;
-	expect_error(data_path("good", "tiny.npy"), &o, FLOW_ERR_FORMAT,
+	expect_error(testutil_data_path("good", "tiny.npy"), &o, FLOW_ERR_FORMAT,
 		     "token 15496 at byte 128 is not below the vocabulary "
 		     "size 995");
 }
@@ -748,7 +721,7 @@ static void test_tokens_errors_are_sticky(void **state)
 {
 	(void)state;
 	flow_token_source_options_t o = opts(FLOW_INPUT_AUTO, 0, 50257);
-	const char *path = data_path("bad", "bigtoken.u16");
+	const char *path = testutil_data_path("bad", "bigtoken.u16");
 	flow_token_source_t *s;
 	uint32_t got[8];
 	flow_diag_t diag = FLOW_DIAG_INIT;
@@ -769,7 +742,7 @@ static void test_tokens_errors_are_sticky(void **state)
 			 FLOW_ERR_FORMAT);
 	flow_token_source_free(s);
 
-	assert_int_equal(flow_token_source_open(data_path("good", "tiny.u16"),
+	assert_int_equal(flow_token_source_open(testutil_data_path("good", "tiny.u16"),
 						&o, &s, NULL), FLOW_OK);
 	flow_diag_clear(&diag);
 	assert_int_equal(flow_token_source_read(s, got, 0, &diag),
@@ -914,7 +887,7 @@ static void test_tokens_llmc_bad_headers(void **state)
 	expect_error(write_tmp("llama.bin", file, len), &o, FLOW_ERR_FORMAT,
 		     "not an llm.c token file (magic 20240801, expected "
 		     "20240520)");
-	expect_error(data_path("bad", "empty.txt"), &o, FLOW_ERR_FORMAT,
+	expect_error(testutil_data_path("bad", "empty.txt"), &o, FLOW_ERR_FORMAT,
 		     "empty input");
 }
 
@@ -922,11 +895,11 @@ static void test_tokens_raw_and_paths_bad(void **state)
 {
 	(void)state;
 	flow_token_source_options_t o = opts(FLOW_INPUT_RAW, FLOW_DTYPE_I32, 0);
-	expect_error(data_path("good", "hello.txt"), &o, FLOW_ERR_USAGE,
+	expect_error(testutil_data_path("good", "hello.txt"), &o, FLOW_ERR_USAGE,
 		     "raw input needs a token dtype: give u16 or u32, or name "
 		     "the file .u16 or .u32");
 	o.raw_dtype = FLOW_DTYPE_U32;
-	expect_error(data_path("good", "hello.txt"), &o, FLOW_ERR_FORMAT,
+	expect_error(testutil_data_path("good", "hello.txt"), &o, FLOW_ERR_FORMAT,
 		     "raw u32 input has 13 bytes, not a multiple of 4 (partial "
 		     "token at byte 12)");
 	expect_error(write_tmp("three.u32", "abc", 3), &auto_opts,
@@ -946,7 +919,7 @@ static void test_tokens_raw_and_paths_bad(void **state)
 		 tmp_path("sub.u16"), strerror(EISDIR));
 	assert_string_equal(diag.msg, want);
 	/* Options may be NULL: auto, no vocabulary. */
-	assert_int_equal(flow_token_source_open(data_path("good", "tiny.u16"),
+	assert_int_equal(flow_token_source_open(testutil_data_path("good", "tiny.u16"),
 						NULL, &s, NULL), FLOW_OK);
 	assert_int_equal(flow_token_source_format(s), FLOW_INPUT_RAW);
 	flow_token_source_free(s);
