@@ -59,7 +59,7 @@ void flow_cpu_attention_forward(float *out, float *att, const float *qkv,
 				/* exp(x - max) never overflows; the row has at
 				 * least one term equal to 1, so sum >= 1. */
 				for (size_t j = 0; j <= t; j++) {
-					a[j] = expf(a[j] - maxv);
+					a[j] = flow_cpu_expf(a[j] - maxv);
 					sum += a[j];
 				}
 				float inv = 1.0f / sum;

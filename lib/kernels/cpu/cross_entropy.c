@@ -34,11 +34,10 @@ void flow_cpu_cross_entropy_forward_backward(float *losses, float *logits,
 		 * of ~50k terms drifts by ~1e-5 relative, the whole budget. */
 		float xt = x[tgt];
 		double sum = 0.0;
-		for (size_t j = 0; j < V; j++) {
-			float e = expf(x[j] - maxv);
-			x[j] = e;
-			sum += e;
-		}
+		for (size_t j = 0; j < V; j++)
+			x[j] = flow_cpu_expf(x[j] - maxv); /* vectorises */
+		for (size_t j = 0; j < V; j++)
+			sum += x[j];
 		losses[r] = (float)(log(sum) - ((double)xt - (double)maxv));
 
 		float inv = (float)(1.0 / sum);
