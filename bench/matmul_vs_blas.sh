@@ -17,17 +17,13 @@ set -eu
 
 prog=matmul_vs_blas.sh
 check=0 rows=2048 iters=3 warmup=1
-usage() {
-	echo "$prog: $1" >&2
-	echo "Usage: $prog [--check] [--rows N] [--iters N] [--warmup N]" >&2
-	exit 2
-}
+synopsis="[--check] [--rows N] [--iters N] [--warmup N]"
+. "$(dirname "$0")/common.sh"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--check) check=1 ;;
 	--rows | --iters | --warmup)
-		[ $# -ge 2 ] || usage "option '$1' needs a value"
-		case $2 in '' | *[!0-9]*) usage "invalid value '$2' for '$1'" ;; esac
+		option_value "$1" $# "${2-}"
 		case $1 in
 		--rows) rows=$2 ;;
 		--iters) iters=$2 ;;
@@ -35,10 +31,7 @@ while [ $# -gt 0 ]; do
 		esac
 		shift
 		;;
-	-h | --help)
-		sed -n '2,/^set -eu$/p' "$0" | sed '$d; s/^# \{0,1\}//'
-		exit 0
-		;;
+	-h | --help) print_help ;;
 	*) usage "unknown argument '$1'" ;;
 	esac
 	shift

@@ -31,16 +31,12 @@ set -eu
 
 prog=shard_vs_zstd.sh
 level=3 mb=64 frame=16384 reps=3
-usage() {
-	echo "$prog: $1" >&2
-	echo "Usage: $prog [--level L] [--mb N] [--frame-tokens N] [--reps R]" >&2
-	exit 2
-}
+synopsis="[--level L] [--mb N] [--frame-tokens N] [--reps R]"
+. "$(dirname "$0")/common.sh"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--level | --mb | --frame-tokens | --reps)
-		[ $# -ge 2 ] || usage "option '$1' needs a value"
-		case $2 in '' | *[!0-9]*) usage "invalid value '$2' for '$1'" ;; esac
+		option_value "$1" $# "${2-}"
 		case $1 in
 		--level) level=$2 ;;
 		--mb) mb=$2 ;;
@@ -49,10 +45,7 @@ while [ $# -gt 0 ]; do
 		esac
 		shift
 		;;
-	-h | --help)
-		sed -n '2,/^set -eu$/p' "$0" | sed '$d; s/^# \{0,1\}//'
-		exit 0
-		;;
+	-h | --help) print_help ;;
 	*) usage "unknown option '$1'" ;;
 	esac
 	shift
