@@ -20,5 +20,12 @@
 #include <flow/tokens.h>
 #include <flow/shard.h>
 #include <flow/loader.h>
+#include <flow/graph.h>
+#include <flow/ops.h>
+#include <flow/exec.h>
+#include <flow/model.h>
+#include <flow/optim.h>
+#include <flow/ckpt.h>
+#include <flow/train.h>
 
 #endif

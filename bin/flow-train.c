@@ -1,0 +1,391 @@
+/* flow-train: train a GPT on one rank from a flow-shard dataset, writing
+ * one TSV row per step, checkpoints, and resuming exactly from them.  The
+ * work lives in lib/train.c (the loop), lib/models/gpt.c (the model),
+ * lib/graph.c, lib/autograd.c and lib/exec.c (the step), lib/ckpt.c;
+ * this file parses, validates, calls and reports. */
+#include <config.h>
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flow/bench.h>
+#include <flow/log.h>
+#include <flow/train.h>
+
+#include "tool.h"
+
+static const char help_text[] =
+	"Usage: flow-train --model SPEC --data DIR [options]\n"
+	"       flow-train --model SPEC --emit-graph [--batch B] [--seq-len T]\n"
+	"Train a GPT on this machine's CPU from a flow-shard(5) dataset, one\n"
+	"TSV row per step on standard output (step, phase, loss, lr, grad_norm,\n"
+	"ms, tokens_per_s, mfu) after '#' lines describing the run.\n"
+	"\n"
+	"Model and data:\n"
+	"      --model SPEC       gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, or\n"
+	"                         gpt:layers=L,heads=H,dim=C,vocab=V,seq=S[,pad=P];\n"
+	"                         a preset takes overrides: gpt2-124m:seq=256\n"
+	"      --data DIR         dataset directory written by flow-shard\n"
+	"  -b, --batch B          sequences per micro-batch [4]\n"
+	"  -t, --seq-len T        tokens per sequence [the model's seq]\n"
+	"  -n, --steps N          optimizer steps [10]\n"
+	"      --grad-accum K     micro-batches per step [1]\n"
+	"      --seed S           initialisation and data order [1337]\n"
+	"\n"
+	"Optimizer (AdamW, linear warmup then cosine decay):\n"
+	"      --lr X             peak learning rate [6e-4]\n"
+	"      --min-lr X         learning rate at the last step [lr/10]\n"
+	"      --warmup N         warmup steps [0]\n"
+	"      --weight-decay X   on weights and embeddings [0.1]\n"
+	"      --beta1 X, --beta2 X, --eps X   [0.9, 0.95, 1e-8]\n"
+	"      --clip X           clip the global gradient norm to X; 0: off [1]\n"
+	"\n"
+	"Evaluation and checkpoints:\n"
+	"      --eval-every N     every N steps, the mean loss over the val split [0: off]\n"
+	"      --eval-batches M   val micro-batches per evaluation [8]\n"
+	"      --ckpt-dir DIR     write checkpoints (flow-ckpt(5)) under DIR\n"
+	"      --ckpt-every N     every N steps, and after the last [0: last only]\n"
+	"      --resume CKPT      continue from a checkpoint directory, or 'latest'\n"
+	"                         in --ckpt-dir\n"
+	"\n"
+	"Inspection:\n"
+	"      --emit-graph       print the training graph (flow-train(1), GRAPH)\n"
+	"                         with its memory plan, and exit\n"
+	"      --profile          time every op; print the profile on stderr at the end\n"
+	"      --peak-gflops X    the MFU ceiling [measured: sgemm 1024^3 at start];\n"
+	"                         0: no MFU\n"
+	"      --kernels K        cpu, or ref: the naive reference kernels [cpu]\n"
+	"      --dump-batches F   write every micro-batch's tokens to F (int32)\n"
+	"      --dump-grads DIR   write the first step's gradients (before\n"
+	"                         clipping) as a checkpoint directory DIR\n"
+	"\n"
+	"Common options:\n"
+	"  -v, --verbose          more messages on stderr (repeatable)\n"
+	"  -q, --quiet            fewer messages on stderr\n"
+	"  -h, --help             show this help and exit\n"
+	"      --version          show the version and build features and exit\n"
+	"\n"
+	"Exit status: 0 success, 1 a run-time failure (bad data, a damaged\n"
+	"checkpoint), 2 a usage error.  See flow-train(1).\n";
+
+enum {
+	OPT_MODEL = FLOW_OPT_TOOL,
+	OPT_DATA,
+	OPT_GRAD_ACCUM,
+	OPT_SEED,
+	OPT_LR,
+	OPT_MIN_LR,
+	OPT_WARMUP,
+	OPT_WEIGHT_DECAY,
+	OPT_BETA1,
+	OPT_BETA2,
+	OPT_EPS,
+	OPT_CLIP,
+	OPT_EVAL_EVERY,
+	OPT_EVAL_BATCHES,
+	OPT_CKPT_DIR,
+	OPT_CKPT_EVERY,
+	OPT_RESUME,
+	OPT_EMIT_GRAPH,
+	OPT_PROFILE,
+	OPT_PEAK_GFLOPS,
+	OPT_KERNELS,
+	OPT_DUMP_BATCHES,
+	OPT_DUMP_GRADS,
+};
+
+static const struct option long_options[] = {
+	FLOW_COMMON_OPTIONS,
+	{ "model", required_argument, NULL, OPT_MODEL },
+	{ "data", required_argument, NULL, OPT_DATA },
+	{ "batch", required_argument, NULL, 'b' },
+	{ "seq-len", required_argument, NULL, 't' },
+	{ "steps", required_argument, NULL, 'n' },
+	{ "grad-accum", required_argument, NULL, OPT_GRAD_ACCUM },
+	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "lr", required_argument, NULL, OPT_LR },
+	{ "min-lr", required_argument, NULL, OPT_MIN_LR },
+	{ "warmup", required_argument, NULL, OPT_WARMUP },
+	{ "weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY },
+	{ "beta1", required_argument, NULL, OPT_BETA1 },
+	{ "beta2", required_argument, NULL, OPT_BETA2 },
+	{ "eps", required_argument, NULL, OPT_EPS },
+	{ "clip", required_argument, NULL, OPT_CLIP },
+	{ "eval-every", required_argument, NULL, OPT_EVAL_EVERY },
+	{ "eval-batches", required_argument, NULL, OPT_EVAL_BATCHES },
+	{ "ckpt-dir", required_argument, NULL, OPT_CKPT_DIR },
+	{ "ckpt-every", required_argument, NULL, OPT_CKPT_EVERY },
+	{ "resume", required_argument, NULL, OPT_RESUME },
+	{ "emit-graph", no_argument, NULL, OPT_EMIT_GRAPH },
+	{ "profile", no_argument, NULL, OPT_PROFILE },
+	{ "peak-gflops", required_argument, NULL, OPT_PEAK_GFLOPS },
+	{ "kernels", required_argument, NULL, OPT_KERNELS },
+	{ "dump-batches", required_argument, NULL, OPT_DUMP_BATCHES },
+	{ "dump-grads", required_argument, NULL, OPT_DUMP_GRADS },
+	{ NULL, 0, NULL, 0 },
+};
+
+typedef struct train_opts {
+	flow_train_config_t cfg;
+	const char *model;
+	bool emit_graph;
+	bool peak_given;
+	const char *eval_batches; /* for "needs --eval-every" */
+	const char *ckpt_every;   /* for "needs --ckpt-dir" */
+} train_opts_t;
+
+#define MAX_COUNT ((int64_t)1 << 40)
+
+static void parse_options(flow_tool_t *tool, train_opts_t *o, int argc,
+			  char **argv)
+{
+	flow_train_config_t *c = &o->cfg;
+	int opt;
+	while ((opt = getopt_long(argc, argv,
+				  ":b:t:n:" FLOW_COMMON_SHORT_OPTIONS,
+				  long_options, NULL)) != -1) {
+		if (flow_tool_common_option(tool, opt, argv))
+			continue;
+		switch (opt) {
+		case OPT_MODEL:
+			o->model = optarg;
+			break;
+		case OPT_DATA:
+			c->data_dir = optarg;
+			break;
+		case 'b':
+			c->batch = (uint32_t)flow_tool_int(tool, "--batch", optarg, 1, 1 << 20);
+			break;
+		case 't':
+			c->seq_len = (uint32_t)flow_tool_int(tool, "--seq-len", optarg, 1, 1 << 20);
+			break;
+		case 'n':
+			c->steps = (uint64_t)flow_tool_int(tool, "--steps", optarg, 0, MAX_COUNT);
+			break;
+		case OPT_GRAD_ACCUM:
+			c->grad_accum = (uint32_t)flow_tool_int(tool, "--grad-accum", optarg, 1, 1 << 20);
+			break;
+		case OPT_SEED:
+			c->seed = (uint64_t)flow_tool_int(tool, "--seed", optarg, 0, INT64_MAX);
+			break;
+		case OPT_LR:
+			c->lr.lr = flow_tool_double(tool, "--lr", optarg, 0, 10);
+			break;
+		case OPT_MIN_LR:
+			c->lr.min_lr = flow_tool_double(tool, "--min-lr", optarg, 0, 10);
+			break;
+		case OPT_WARMUP:
+			c->lr.warmup = (uint64_t)flow_tool_int(tool, "--warmup", optarg, 0, MAX_COUNT);
+			break;
+		case OPT_WEIGHT_DECAY:
+			c->adamw.weight_decay = (float)flow_tool_double(tool, "--weight-decay", optarg, 0, 1);
+			break;
+		case OPT_BETA1:
+			c->adamw.beta1 = (float)flow_tool_double(tool, "--beta1", optarg, 0, 0.999999);
+			break;
+		case OPT_BETA2:
+			c->adamw.beta2 = (float)flow_tool_double(tool, "--beta2", optarg, 0, 0.999999);
+			break;
+		case OPT_EPS:
+			c->adamw.eps = (float)flow_tool_double(tool, "--eps", optarg, 1e-30, 1);
+			break;
+		case OPT_CLIP:
+			c->clip = (float)flow_tool_double(tool, "--clip", optarg, 0, 1e30);
+			break;
+		case OPT_EVAL_EVERY:
+			c->eval_every = (uint64_t)flow_tool_int(tool, "--eval-every", optarg, 0, MAX_COUNT);
+			break;
+		case OPT_EVAL_BATCHES:
+			c->eval_batches = (uint64_t)flow_tool_int(tool, "--eval-batches", optarg, 1, MAX_COUNT);
+			o->eval_batches = "--eval-batches";
+			break;
+		case OPT_CKPT_DIR:
+			c->ckpt_dir = optarg;
+			break;
+		case OPT_CKPT_EVERY:
+			c->ckpt_every = (uint64_t)flow_tool_int(tool, "--ckpt-every", optarg, 0, MAX_COUNT);
+			o->ckpt_every = "--ckpt-every";
+			break;
+		case OPT_RESUME:
+			c->resume = optarg;
+			break;
+		case OPT_EMIT_GRAPH:
+			o->emit_graph = true;
+			break;
+		case OPT_PROFILE:
+			c->profile = true;
+			break;
+		case OPT_PEAK_GFLOPS:
+			c->peak_gflops = flow_tool_double(tool, "--peak-gflops", optarg, 0, 1e9);
+			o->peak_given = true;
+			break;
+		case OPT_KERNELS:
+			if (strcmp(optarg, "cpu") == 0)
+				c->kernels = FLOW_KERNELS_CPU;
+			else if (strcmp(optarg, "ref") == 0)
+				c->kernels = FLOW_KERNELS_REF;
+			else
+				flow_tool_usage_error(tool, "--kernels: unknown kernel set '%s' (expected cpu or ref)",
+						      optarg);
+			break;
+		case OPT_DUMP_BATCHES:
+			c->dump_batches = optarg;
+			break;
+		case OPT_DUMP_GRADS:
+			c->dump_grads = optarg;
+			break;
+		default:
+			flow_tool_usage_error(tool, "unhandled option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		flow_tool_usage_error(tool, "unexpected argument '%s'", argv[optind]);
+}
+
+static void validate(flow_tool_t *tool, train_opts_t *o)
+{
+	flow_train_config_t *c = &o->cfg;
+	if (tool->json)
+		flow_tool_usage_error(tool, "--json is not supported: the output is TSV");
+	if (!o->model)
+		flow_tool_usage_error(tool, "missing --model SPEC");
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	if (flow_gpt_parse(o->model, &c->model, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "--model: %s", flow_diag_message(&diag));
+	if (c->seq_len > c->model.seq)
+		flow_tool_usage_error(tool, "--seq-len %" PRIu32 " is longer than the model's context (seq=%" PRIu32 ")",
+				      c->seq_len, c->model.seq);
+	if (o->emit_graph)
+		return;
+	if (!c->data_dir)
+		flow_tool_usage_error(tool, "missing --data DIR");
+	if (o->eval_batches && !c->eval_every)
+		flow_tool_usage_error(tool, "--eval-batches needs --eval-every");
+	if (o->ckpt_every && !c->ckpt_dir)
+		flow_tool_usage_error(tool, "--ckpt-every needs --ckpt-dir");
+	if (c->resume && strcmp(c->resume, "latest") == 0 && !c->ckpt_dir)
+		flow_tool_usage_error(tool, "--resume latest needs --ckpt-dir");
+	if (c->lr.min_lr > c->lr.lr)
+		flow_tool_usage_error(tool, "--min-lr %g is above --lr %g", c->lr.min_lr, c->lr.lr);
+	if (c->lr.warmup > c->steps)
+		flow_tool_usage_error(tool, "--warmup %" PRIu64 " is longer than --steps %" PRIu64,
+				      c->lr.warmup, c->steps);
+}
+
+/* The machine's sgemm ceiling, for MFU: one 1024^3 GEMM shape, which takes
+ * a fraction of a second and lands within a few percent of flow-bench's
+ * default peak on the machines we measured. */
+static double measure_peak(void)
+{
+	flow_bench_config_t bc;
+	flow_bench_shape_t shape;
+	flow_bench_record_t recs[FLOW_BENCH_MAX_PASSES];
+	size_t n;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_bench_config_init(&bc);
+	bc.iters = 3;
+	if (flow_bench_shape_parse(FLOW_BENCH_PEAK, "1024", &shape, &diag) != FLOW_OK ||
+	    flow_bench_kernel_run(FLOW_BENCH_PEAK, &shape, &bc, recs, &n, &diag) != FLOW_OK)
+		return 0.0; /* no MFU column rather than no training */
+	return flow_bench_peak_gflops(&recs[0]);
+}
+
+static int emit_graph(flow_tool_t *tool, train_opts_t *o)
+{
+	flow_train_config_t *c = &o->cfg;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_graph_t g;
+	flow_memplan_t plan;
+	uint32_t T = c->seq_len ? c->seq_len : c->model.seq;
+	int status = 0;
+
+	flow_graph_init(&g);
+	if (flow_gpt_build(&c->model, c->batch, T, &g, &diag) != FLOW_OK ||
+	    flow_graph_backward(&g, &diag) != FLOW_OK ||
+	    flow_memplan_build(&g, &plan, &diag) != FLOW_OK) {
+		status = flow_tool_fail(tool, &diag);
+		goto out_release_graph;
+	}
+	if (flow_graph_print(&g, &plan, stdout, &diag) != FLOW_OK)
+		status = flow_tool_fail(tool, &diag);
+	flow_memplan_release(&plan);
+out_release_graph:
+	flow_graph_release(&g);
+	return status;
+}
+
+static void print_value(double v, const char *fmt)
+{
+	if (isnan(v))
+		fputs("-", stdout);
+	else
+		printf(fmt, v);
+}
+
+static void write_row(const flow_train_row_t *r)
+{
+	printf("%" PRIu64 "\t%s\t%.9g\t", r->step, r->val ? "val" : "train", r->loss);
+	if (r->val)
+		fputs("-\t-\t", stdout);
+	else
+		printf("%.9g\t%.6g\t", (double)r->lr, (double)r->grad_norm);
+	printf("%.2f\t%.0f\t", r->ms, r->tokens_per_s);
+	print_value(r->mfu, "%.4f");
+	putchar('\n');
+}
+
+static int run_train(flow_tool_t *tool, train_opts_t *o)
+{
+	flow_train_config_t *c = &o->cfg;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_trainer_t *t;
+
+	if (!o->peak_given)
+		c->peak_gflops = measure_peak();
+	if (flow_trainer_new(c, &t, &diag) != FLOW_OK)
+		return flow_tool_fail(tool, &diag);
+	flow_trainer_describe(t, stdout);
+	printf("step\tphase\tloss\tlr\tgrad_norm\tms\ttokens_per_s\tmfu\n");
+
+	flow_train_row_t row;
+	int rc, status = 0;
+	while ((rc = flow_trainer_next(t, &row, &diag)) > 0) {
+		write_row(&row);
+		if (row.checkpointed)
+			flow_log(FLOW_LOG_INFO, "checkpoint of step %" PRIu64 " committed", row.step);
+	}
+	if (rc < 0)
+		status = flow_tool_fail(tool, &diag);
+	if (c->profile) {
+		fflush(stdout);
+		flow_trainer_print_profile(t, stderr);
+	}
+	flow_trainer_free(t);
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	flow_tool_t tool;
+	train_opts_t o;
+
+	/* 1. Options. */
+	flow_tool_init(&tool, "flow-train", help_text,
+		       FLOW_TOOL_LINE_BUFFERED | FLOW_TOOL_COMPUTE);
+	flow_tool_install_signal_cleanup();
+	memset(&o, 0, sizeof o);
+	flow_train_config_init(&o.cfg);
+	parse_options(&tool, &o, argc, argv);
+
+	/* 2. Validation. */
+	validate(&tool, &o);
+
+	/* 3 and 4. Call libflow and write the results. */
+	int status = o.emit_graph ? emit_graph(&tool, &o) : run_train(&tool, &o);
+
+	/* 5. Check standard output. */
+	return flow_tool_finish(&tool, status);
+}

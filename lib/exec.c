@@ -1,0 +1,611 @@
+/* The CPU executor: storage for every tensor of a graph, and a forward and
+ * backward pass that call one kernel per op.
+ *
+ * Everything a step needs is worked out in flow_exec_new: each op's
+ * tensor pointers and kernel sizes, and which activation gradients to clear
+ * before it, so a step allocates nothing and costs, per op, a switch and
+ * (when profiling) two clock reads. */
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <flow/exec.h>
+#include <flow/kernels.h>
+#include <flow/kernels_ref.h>
+#include <flow/mem.h>
+#include <flow/rng.h>
+
+#include "ops/ops_internal.h"
+
+/* The kernels of one set.  flow/kernels_ref.h mirrors flow/kernels.h
+ * signature for signature, so both sets fill the same table. */
+typedef struct kernel_set {
+	void (*embedding_forward)(float *, const int32_t *, const float *,
+				  const float *, size_t, size_t, size_t);
+	void (*embedding_backward)(float *, float *, const float *,
+				   const int32_t *, size_t, size_t, size_t);
+	void (*layernorm_forward)(float *, float *, float *, const float *,
+				  const float *, const float *, size_t, size_t);
+	void (*layernorm_backward)(float *, float *, float *, const float *,
+				   const float *, const float *, const float *,
+				   const float *, size_t, size_t);
+	void (*matmul_forward)(float *, const float *, const float *,
+			       const float *, size_t, size_t, size_t);
+	void (*matmul_backward)(float *, float *, float *, const float *,
+				const float *, const float *, size_t, size_t,
+				size_t);
+	void (*attention_forward)(float *, float *, const float *, size_t,
+				  size_t, size_t, size_t);
+	size_t (*attention_scratch_bound)(size_t, size_t, size_t, size_t);
+	void (*attention_backward)(float *, void *, const float *,
+				   const float *, const float *, size_t, size_t,
+				   size_t, size_t);
+	void (*gelu_forward)(float *, const float *, size_t);
+	void (*gelu_backward)(float *, const float *, const float *, size_t);
+	void (*residual_forward)(float *, const float *, const float *, size_t);
+	void (*residual_backward)(float *, float *, const float *, size_t);
+	void (*cross_entropy)(float *, float *, const int32_t *, size_t, size_t,
+			      size_t, float);
+} kernel_set_t;
+
+#define KERNEL_SET(prefix)                                                 \
+	{                                                                  \
+		prefix##embedding_forward, prefix##embedding_backward,     \
+		prefix##layernorm_forward, prefix##layernorm_backward,     \
+		prefix##matmul_forward, prefix##matmul_backward,           \
+		prefix##attention_forward,                                 \
+		prefix##attention_scratch_bound,                           \
+		prefix##attention_backward, prefix##gelu_forward,          \
+		prefix##gelu_backward, prefix##residual_forward,           \
+		prefix##residual_backward,                                 \
+		prefix##cross_entropy_forward_backward,                    \
+	}
+
+static const kernel_set_t cpu_kernels = KERNEL_SET(flow_cpu_);
+static const kernel_set_t ref_kernels = KERNEL_SET(flow_ref_);
+
+/* Kernel sizes, by the forward op's kind. */
+enum {
+	DIM_B = 0, DIM_T = 1, DIM_C = 2, DIM_NH = 3, /* embedding, attention */
+	DIM_N = 0,                                   /* rows or elements */
+	DIM_IN = 1, DIM_OUT = 2,                     /* matmul (and C) */
+	DIM_V = 1, DIM_VP = 2,                       /* cross-entropy */
+	DIM_COUNT = 4
+};
+
+/* One op, ready to run. */
+typedef struct exec_op {
+	flow_op_kind_t kind;
+	void *in[FLOW_OP_MAX_IO];  /* NULL: optional input absent */
+	void *out[FLOW_OP_MAX_IO]; /* NULL: gradient not needed */
+	size_t dim[DIM_COUNT];
+	size_t zero_first, nzero;  /* into flow_exec.zeros */
+	double flops;
+} exec_op_t;
+
+/* An activation gradient cleared before the first op accumulating into
+ * it. */
+typedef struct exec_zero {
+	void *ptr;
+	size_t bytes;
+} exec_zero_t;
+
+/* Rows of the profile: one per op kind, then named phases; a phase beyond
+ * the table is counted under "other" in the last row. */
+#define EXEC_PHASES 16
+
+struct flow_exec {
+	const flow_graph_t *g;
+	const kernel_set_t *kernels;
+	flow_memplan_t plan;
+	void *params, *param_grads, *inputs, *arena, *scratch;
+	size_t param_bytes, grad_bytes;
+	void **ptr;          /* per tensor */
+	exec_op_t *ops;
+	exec_zero_t *zeros;
+	float loss_scale;
+	double step_flops;
+	bool profiling;
+	size_t nphases;
+	flow_profile_row_t profile[FLOW_OP_KIND_COUNT + EXEC_PHASES];
+};
+
+/* ---- setup ------------------------------------------------------------------ */
+
+/* Lay out the persistent tensors: params and inputs each in their block in
+ * graph order; a param's gradient at the same offset of the gradient
+ * block as the param in the param block, so the two blocks match. */
+static flow_err_t exec_layout_persistent(flow_exec_t *x, size_t *offset,
+					 size_t *input_bytes, flow_diag_t *diag)
+{
+	const flow_graph_t *g = x->g;
+	size_t params = 0, inputs = 0;
+	bool grads = false;
+
+	for (size_t t = 0; t < g->ntensors; t++) {
+		const flow_graph_tensor_t *p = &g->tensors[t];
+		size_t bytes = flow_graph_align(flow_graph_tensor_bytes(g, (int)t));
+		size_t *end = p->role == FLOW_ROLE_PARAM ? &params :
+			      p->role == FLOW_ROLE_INPUT ? &inputs : NULL;
+
+		if (p->role == FLOW_ROLE_PARAM_GRAD) {
+			if (p->grad_of < 0 ||
+			    g->tensors[p->grad_of].role != FLOW_ROLE_PARAM)
+				return flow_diag_set(diag, FLOW_ERR_FORMAT,
+						     "param_grad '%s' is not "
+						     "the gradient of a param",
+						     p->name);
+			grads = true;
+		}
+		if (!end)
+			continue;
+		offset[t] = *end;
+		if (!flow_add_size(*end, bytes, end))
+			return flow_diag_set(diag, FLOW_ERR_RANGE,
+					     "the parameters and inputs take "
+					     "more bytes than memory can "
+					     "address");
+	}
+	x->param_bytes = params;
+	x->grad_bytes = grads ? params : 0;
+	*input_bytes = inputs;
+	return FLOW_OK;
+}
+
+/* The kernel sizes of op, read from the shapes of its forward op. */
+static void exec_op_dims(const flow_graph_t *g, const flow_graph_op_t *op,
+			 size_t dim[DIM_COUNT])
+{
+	const flow_graph_op_t *f = op->forward >= 0 ? flow_op_forward_of(g, op) :
+						      op;
+	const flow_shape_t *x = &g->tensors[f->in[0]].shape;
+
+	switch (f->kind) {
+	case FLOW_OP_EMBEDDING:
+		dim[DIM_B] = (size_t)x->dims[0];
+		dim[DIM_T] = (size_t)x->dims[1];
+		dim[DIM_C] = (size_t)g->tensors[f->in[1]].shape.dims[1];
+		break;
+	case FLOW_OP_ATTENTION:
+		dim[DIM_B] = (size_t)x->dims[0];
+		dim[DIM_T] = (size_t)x->dims[1];
+		dim[DIM_C] = (size_t)x->dims[2] / 3;
+		dim[DIM_NH] = f->attrs.heads;
+		break;
+	case FLOW_OP_LAYERNORM:
+		dim[DIM_N] = flow_shape_rows(x);
+		dim[DIM_C] = flow_shape_last(x);
+		break;
+	case FLOW_OP_MATMUL:
+		dim[DIM_N] = flow_shape_rows(x);
+		dim[DIM_IN] = flow_shape_last(x);
+		dim[DIM_OUT] = (size_t)g->tensors[f->in[1]].shape.dims[0];
+		break;
+	case FLOW_OP_CROSS_ENTROPY:
+		dim[DIM_N] = flow_shape_rows(x);
+		dim[DIM_V] = f->attrs.vocab;
+		dim[DIM_VP] = flow_shape_last(x);
+		break;
+	default: /* gelu, add: elementwise */
+		dim[DIM_N] = flow_graph_tensor_numel(g, f->in[0]);
+		break;
+	}
+}
+
+/* Bytes of scratch op needs from this kernel set: only attention's backward
+ * needs any, and the reference kernel keeps a T x T matrix of doubles
+ * where the CPU one keeps a row per head (so not the op definition's
+ * figure, which is the CPU kernel's). */
+static size_t exec_op_scratch(const flow_exec_t *x, const flow_graph_op_t *op)
+{
+	size_t d[DIM_COUNT];
+
+	if (op->kind != FLOW_OP_ATTENTION_BACKWARD)
+		return 0;
+	exec_op_dims(x->g, op, d);
+	return x->kernels->attention_scratch_bound(d[DIM_B], d[DIM_T],
+						   d[DIM_C], d[DIM_NH]);
+}
+
+static flow_err_t exec_alloc(flow_exec_t *x, flow_diag_t *diag)
+{
+	const flow_graph_t *g = x->g;
+	size_t n = g->ntensors ? g->ntensors : 1, input_bytes = 0, scratch = 0;
+	size_t *offset = calloc(n, sizeof(*offset));
+	flow_err_t err;
+
+	x->ptr = calloc(n, sizeof(*x->ptr));
+	x->ops = calloc(g->nops ? g->nops : 1, sizeof(*x->ops));
+	x->zeros = calloc(n, sizeof(*x->zeros));
+	if (!offset || !x->ptr || !x->ops || !x->zeros)
+		goto out_nomem;
+	err = exec_layout_persistent(x, offset, &input_bytes, diag);
+	if (err != FLOW_OK)
+		goto out_free_offset;
+	for (size_t i = 0; i < g->nops; i++) {
+		size_t s = exec_op_scratch(x, &g->ops[i]);
+		if (s > scratch)
+			scratch = s;
+	}
+	x->params = flow_calloc(1, x->param_bytes);
+	x->param_grads = flow_calloc(1, x->grad_bytes);
+	x->inputs = flow_calloc(1, input_bytes);
+	/* Zeroed once, so no step can depend on what the allocator left. */
+	x->arena = flow_calloc(1, x->plan.arena_bytes);
+	x->scratch = flow_alloc(scratch);
+	if (!x->params || !x->param_grads || !x->inputs || !x->arena ||
+	    !x->scratch)
+		goto out_nomem;
+	for (size_t t = 0; t < g->ntensors; t++) {
+		const flow_graph_tensor_t *p = &g->tensors[t];
+		switch (p->role) {
+		case FLOW_ROLE_PARAM:
+			x->ptr[t] = (char *)x->params + offset[t];
+			break;
+		case FLOW_ROLE_PARAM_GRAD:
+			x->ptr[t] = (char *)x->param_grads + offset[p->grad_of];
+			break;
+		case FLOW_ROLE_INPUT:
+			x->ptr[t] = (char *)x->inputs + offset[t];
+			break;
+		default:
+			if (x->plan.offset[t] != SIZE_MAX)
+				x->ptr[t] = (char *)x->arena + x->plan.offset[t];
+			break;
+		}
+	}
+	free(offset);
+	return FLOW_OK;
+
+out_nomem:
+	err = flow_diag_set(diag, FLOW_ERR_NOMEM,
+			    "out of memory for the executor: %zu parameter, "
+			    "%zu gradient and %zu arena bytes",
+			    x->param_bytes, x->grad_bytes, x->plan.arena_bytes);
+out_free_offset:
+	free(offset);
+	return err;
+}
+
+/* Resolve every op's pointers and sizes, and list the activation
+ * gradients to clear: a gradient is cleared before the first op that
+ * writes it, when that op accumulates (cross-entropy's dlogits is
+ * written, not added to, so it is not). */
+static flow_err_t exec_prepare_ops(flow_exec_t *x, flow_diag_t *diag)
+{
+	const flow_graph_t *g = x->g;
+	bool *seen = calloc(g->ntensors ? g->ntensors : 1, sizeof(*seen));
+	size_t nzero = 0;
+
+	if (!seen)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "out of memory preparing the executor");
+	for (size_t t = 0; t < g->ntensors; t++)
+		if (g->tensors[t].alias_of >= 0)
+			x->ptr[t] = x->ptr[g->tensors[t].alias_of];
+	for (size_t i = 0; i < g->nops; i++) {
+		const flow_graph_op_t *op = &g->ops[i];
+		const flow_op_def_t *def = flow_op_def(op->kind);
+		exec_op_t *o = &x->ops[i];
+
+		o->kind = op->kind;
+		for (int k = 0; k < op->nin; k++)
+			o->in[k] = op->in[k] >= 0 ? x->ptr[op->in[k]] : NULL;
+		o->zero_first = nzero;
+		for (int k = 0; k < op->nout; k++) {
+			int t = op->out[k];
+			if (t < 0)
+				continue;
+			o->out[k] = x->ptr[t];
+			if (seen[t])
+				continue;
+			seen[t] = true;
+			if (g->tensors[t].role == FLOW_ROLE_GRAD &&
+			    (def->accumulates >> k & 1))
+				x->zeros[nzero++] = (exec_zero_t){
+					x->ptr[t], flow_graph_tensor_bytes(g, t)
+				};
+		}
+		o->nzero = nzero - o->zero_first;
+		exec_op_dims(g, op, o->dim);
+		o->flops = def->flops(g, op);
+		x->step_flops += o->flops;
+	}
+	free(seen);
+	return FLOW_OK;
+}
+
+/* 1 / (tokens of one micro-batch): the rows of the loss. */
+static float default_loss_scale(const flow_graph_t *g)
+{
+	int losses = g->loss;
+
+	for (size_t i = 0; losses < 0 && i < g->nforward; i++)
+		if (g->ops[i].kind == FLOW_OP_CROSS_ENTROPY)
+			losses = g->ops[i].out[0];
+	if (losses < 0 || flow_graph_tensor_numel(g, losses) == 0)
+		return 1.0f;
+	return (float)(1.0 / (double)flow_graph_tensor_numel(g, losses));
+}
+
+flow_err_t flow_exec_new(const flow_graph_t *g, flow_kernel_set_t kernels,
+			 flow_exec_t **exec_out, flow_diag_t *diag)
+{
+	flow_exec_t *x;
+	flow_err_t err;
+
+	if (kernels != FLOW_KERNELS_CPU && kernels != FLOW_KERNELS_REF)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "unknown kernel set %d", (int)kernels);
+	if ((err = flow_graph_validate(g, diag)) != FLOW_OK)
+		return err;
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "out of memory for the executor");
+	x->g = g;
+	x->kernels = kernels == FLOW_KERNELS_REF ? &ref_kernels : &cpu_kernels;
+	x->loss_scale = default_loss_scale(g);
+	for (int k = 0; k < FLOW_OP_KIND_COUNT; k++)
+		snprintf(x->profile[k].name, sizeof(x->profile[k].name), "%s",
+			 flow_op_def((flow_op_kind_t)k)->name);
+	if ((err = flow_memplan_build(g, &x->plan, diag)) != FLOW_OK ||
+	    (err = exec_alloc(x, diag)) != FLOW_OK ||
+	    (err = exec_prepare_ops(x, diag)) != FLOW_OK)
+		goto out_free_exec;
+	*exec_out = x;
+	return FLOW_OK;
+
+out_free_exec:
+	flow_exec_free(x);
+	return err;
+}
+
+void flow_exec_free(flow_exec_t *x)
+{
+	if (!x)
+		return;
+	flow_free(x->scratch);
+	flow_free(x->arena);
+	flow_free(x->inputs);
+	flow_free(x->param_grads);
+	flow_free(x->params);
+	free(x->zeros);
+	free(x->ops);
+	free(x->ptr);
+	flow_memplan_release(&x->plan);
+	free(x);
+}
+
+const flow_graph_t *flow_exec_graph(const flow_exec_t *x)
+{
+	return x->g;
+}
+
+const flow_memplan_t *flow_exec_memplan(const flow_exec_t *x)
+{
+	return &x->plan;
+}
+
+void *flow_exec_tensor(flow_exec_t *x, int t)
+{
+	if (t < 0 || (size_t)t >= x->g->ntensors)
+		return NULL;
+	return x->ptr[t];
+}
+
+void flow_exec_set_loss_scale(flow_exec_t *x, float scale)
+{
+	x->loss_scale = scale;
+}
+
+/* ---- parameters ---------------------------------------------------------------- */
+
+void flow_exec_init_params(flow_exec_t *x, uint64_t seed)
+{
+	const flow_graph_t *g = x->g;
+
+	for (size_t t = 0; t < g->ntensors; t++) {
+		const flow_graph_tensor_t *p = &g->tensors[t];
+		float *v = x->ptr[t];
+		size_t n, drawn;
+
+		if (p->role != FLOW_ROLE_PARAM)
+			continue;
+		n = drawn = flow_graph_tensor_numel(g, (int)t);
+		/* Rows past init.rows (padded vocabulary) stay zero; the
+		 * others keep the values of their logical index. */
+		if (p->init.rows > 0 && p->shape.ndim > 0 &&
+		    p->init.rows < p->shape.dims[0])
+			drawn = n / (size_t)p->shape.dims[0] *
+				(size_t)p->init.rows;
+		switch (p->init.kind) {
+		case FLOW_INIT_NORMAL:
+			flow_rng_fill_normal(v, drawn, seed,
+					     flow_rng_stream_id(p->name), 0,
+					     0.0f, p->init.std);
+			break;
+		case FLOW_INIT_ONES:
+			for (size_t i = 0; i < drawn; i++)
+				v[i] = 1.0f;
+			break;
+		default: /* zeros, or none */
+			drawn = 0;
+			break;
+		}
+		memset(v + drawn, 0, (n - drawn) * sizeof(*v));
+	}
+}
+
+void flow_exec_zero_param_grads(flow_exec_t *x)
+{
+	memset(x->param_grads, 0, x->grad_bytes);
+}
+
+/* ---- running ---------------------------------------------------------------------- */
+
+static void exec_kernel(const flow_exec_t *x, const exec_op_t *o)
+{
+	const kernel_set_t *k = x->kernels;
+	const size_t *d = o->dim;
+	void *const *in = o->in, *const *out = o->out;
+
+	switch (o->kind) {
+	case FLOW_OP_EMBEDDING:
+		k->embedding_forward(out[0], in[0], in[1], in[2], d[DIM_B],
+				     d[DIM_T], d[DIM_C]);
+		break;
+	case FLOW_OP_EMBEDDING_BACKWARD:
+		k->embedding_backward(out[0], out[1], in[0], in[1], d[DIM_B],
+				      d[DIM_T], d[DIM_C]);
+		break;
+	case FLOW_OP_LAYERNORM:
+		k->layernorm_forward(out[0], out[1], out[2], in[0], in[1],
+				     in[2], d[DIM_N], d[DIM_C]);
+		break;
+	case FLOW_OP_LAYERNORM_BACKWARD:
+		k->layernorm_backward(out[0], out[1], out[2], in[0], in[1],
+				      in[2], in[3], in[4], d[DIM_N], d[DIM_C]);
+		break;
+	case FLOW_OP_MATMUL:
+		k->matmul_forward(out[0], in[0], in[1], in[2], d[DIM_N],
+				  d[DIM_IN], d[DIM_OUT]);
+		break;
+	case FLOW_OP_MATMUL_BACKWARD:
+		k->matmul_backward(out[0], out[1], out[2], in[0], in[1], in[2],
+				   d[DIM_N], d[DIM_IN], d[DIM_OUT]);
+		break;
+	case FLOW_OP_ATTENTION:
+		k->attention_forward(out[0], out[1], in[0], d[DIM_B], d[DIM_T],
+				     d[DIM_C], d[DIM_NH]);
+		break;
+	case FLOW_OP_ATTENTION_BACKWARD:
+		k->attention_backward(out[0], x->scratch, in[0], in[1], in[2],
+				      d[DIM_B], d[DIM_T], d[DIM_C], d[DIM_NH]);
+		break;
+	case FLOW_OP_GELU:
+		k->gelu_forward(out[0], in[0], d[DIM_N]);
+		break;
+	case FLOW_OP_GELU_BACKWARD: /* (dinp, inp, dout): x is in[1] */
+		k->gelu_backward(out[0], in[1], in[0], d[DIM_N]);
+		break;
+	case FLOW_OP_ADD:
+		k->residual_forward(out[0], in[0], in[1], d[DIM_N]);
+		break;
+	case FLOW_OP_ADD_BACKWARD:
+		k->residual_backward(out[0], out[1], in[0], d[DIM_N]);
+		break;
+	case FLOW_OP_CROSS_ENTROPY: /* losses, and dlogits over the logits */
+		k->cross_entropy(out[0], in[0], in[1], d[DIM_N], d[DIM_V],
+				 d[DIM_VP], x->loss_scale);
+		break;
+	}
+}
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void exec_run(flow_exec_t *x, size_t begin, size_t end)
+{
+	for (size_t i = begin; i < end; i++) {
+		const exec_op_t *o = &x->ops[i];
+		double t0 = x->profiling ? now_seconds() : 0.0;
+
+		for (size_t z = o->zero_first; z < o->zero_first + o->nzero; z++)
+			memset(x->zeros[z].ptr, 0, x->zeros[z].bytes);
+		exec_kernel(x, o);
+		if (x->profiling) {
+			flow_profile_row_t *row = &x->profile[o->kind];
+			row->seconds += now_seconds() - t0;
+			row->calls++;
+			row->flops += o->flops;
+		}
+	}
+}
+
+double flow_exec_forward(flow_exec_t *x)
+{
+	const flow_graph_t *g = x->g;
+	double sum = 0.0;
+
+	exec_run(x, 0, g->nforward);
+	if (g->loss < 0)
+		return 0.0;
+	const float *losses = x->ptr[g->loss];
+	size_t n = flow_graph_tensor_numel(g, g->loss);
+	for (size_t i = 0; i < n; i++)
+		sum += losses[i];
+	return n ? sum / (double)n : 0.0;
+}
+
+void flow_exec_backward(flow_exec_t *x)
+{
+	exec_run(x, x->g->nforward, x->g->nops);
+}
+
+/* ---- profile --------------------------------------------------------------------- */
+
+void flow_exec_profile_enable(flow_exec_t *x, bool enable)
+{
+	x->profiling = enable;
+}
+
+void flow_exec_profile_add(flow_exec_t *x, const char *phase, double seconds,
+			   double flops)
+{
+	flow_profile_row_t *phases = x->profile + FLOW_OP_KIND_COUNT;
+	flow_profile_row_t *row = NULL;
+
+	for (size_t i = 0; i < x->nphases && !row; i++)
+		if (strncmp(phases[i].name, phase, sizeof(phases[i].name) - 1) ==
+		    0)
+			row = &phases[i];
+	if (!row && x->nphases < EXEC_PHASES - 1) {
+		row = &phases[x->nphases++];
+		snprintf(row->name, sizeof(row->name), "%s", phase);
+	} else if (!row) {
+		row = &phases[EXEC_PHASES - 1];
+		snprintf(row->name, sizeof(row->name), "other");
+	}
+	row->calls++;
+	row->seconds += seconds;
+	row->flops += flops;
+}
+
+size_t flow_exec_profile_rows(const flow_exec_t *x, flow_profile_row_t *rows,
+			      size_t cap)
+{
+	const flow_profile_row_t *sorted[FLOW_OP_KIND_COUNT + EXEC_PHASES];
+	size_t n = 0;
+
+	/* Insertion sort, stable: equal times keep kind order, then phases
+	 * in the order they were first added. */
+	for (size_t i = 0; i < FLOW_OP_KIND_COUNT + EXEC_PHASES; i++) {
+		const flow_profile_row_t *r = &x->profile[i];
+		size_t j = n;
+
+		if (r->calls == 0)
+			continue;
+		while (j > 0 && sorted[j - 1]->seconds < r->seconds) {
+			sorted[j] = sorted[j - 1];
+			j--;
+		}
+		sorted[j] = r;
+		n++;
+	}
+	for (size_t i = 0; i < n && i < cap; i++)
+		rows[i] = *sorted[i];
+	return n;
+}
+
+double flow_exec_step_flops(const flow_exec_t *x)
+{
+	return x->step_flops;
+}

@@ -1,0 +1,99 @@
+/* The executor: runs a differentiated graph (flow/graph.h) on the CPU.
+ *
+ * It owns the storage of every tensor: parameters and their gradients (one
+ * block each, tensors in graph order, each on a 64-byte boundary), inputs,
+ * and one arena for the transient tensors laid out by the memory plan.  It
+ * maps each op kind to a kernel of the chosen kernel set and keeps, when
+ * asked, a per-op-kind profile.
+ *
+ * A step is: write the inputs (flow_exec_tensor), flow_exec_forward,
+ * flow_exec_backward, once per micro-batch; the caller (the trainer) zeroes
+ * the parameter gradients before the first micro-batch and runs the
+ * optimizer after the last. */
+#ifndef FLOW_EXEC_H
+#define FLOW_EXEC_H
+
+#include <stdio.h>
+
+#include <flow/graph.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+	FLOW_KERNELS_CPU = 0, /* flow/kernels.h: OpenMP + BLAS */
+	FLOW_KERNELS_REF = 1, /* flow/kernels_ref.h: naive, computed in double
+			       * and rounded once (gradient checks) */
+} flow_kernel_set_t;
+
+typedef struct flow_exec flow_exec_t;
+
+/* Plan memory for g (which must be valid and differentiated, or forward
+ * only) and allocate every buffer; parameters are zero until
+ * flow_exec_init_params.  Free with flow_exec_free(). */
+FLOW_EXPORT flow_err_t flow_exec_new(const flow_graph_t *g,
+				     flow_kernel_set_t kernels,
+				     flow_exec_t **exec_out,
+				     flow_diag_t *diag) FLOW_MUST_CHECK;
+FLOW_EXPORT void flow_exec_free(flow_exec_t *exec);
+
+/* The graph and memory plan it runs; borrowed for the executor's life. */
+FLOW_EXPORT const flow_graph_t *flow_exec_graph(const flow_exec_t *exec);
+FLOW_EXPORT const flow_memplan_t *flow_exec_memplan(const flow_exec_t *exec);
+
+/* Storage of tensor t (f32 or i32 as its dtype says), contiguous
+ * row-major.  Transient tensors are only meaningful within their live
+ * range. */
+FLOW_EXPORT void *flow_exec_tensor(flow_exec_t *exec, int t);
+
+/* Fill every parameter from its init spec (flow/graph.h, flow_init_t)
+ * with the given seed. */
+FLOW_EXPORT void flow_exec_init_params(flow_exec_t *exec, uint64_t seed);
+
+/* Gradient scale of the loss: the cross-entropy writes
+ * dlogits = scale * (softmax - onehot) per token.  The trainer sets
+ * 1 / (tokens per step), so the gradient is that of the mean loss over the
+ * whole step (all micro-batches).  Default 1 / (tokens of one
+ * micro-batch). */
+FLOW_EXPORT void flow_exec_set_loss_scale(flow_exec_t *exec, float scale);
+
+/* Run ops [0, nforward): returns the mean of the losses tensor over its
+ * elements, summed in double in index order (plain mean, not scaled). */
+FLOW_EXPORT double flow_exec_forward(flow_exec_t *exec);
+/* Run ops [nforward, nops), clearing each activation gradient before its
+ * first accumulation; parameter gradients accumulate. */
+FLOW_EXPORT void flow_exec_backward(flow_exec_t *exec);
+/* Set every parameter gradient to zero. */
+FLOW_EXPORT void flow_exec_zero_param_grads(flow_exec_t *exec);
+
+/* ---- profile ------------------------------------------------------------ */
+
+/* Time every op (wall clock around each kernel) from now on. */
+FLOW_EXPORT void flow_exec_profile_enable(flow_exec_t *exec, bool enable);
+/* Add `seconds` under a named non-graph phase ("optimizer", "data",
+ * "clip", "checkpoint") so the profile shows where all of a step goes. */
+FLOW_EXPORT void flow_exec_profile_add(flow_exec_t *exec, const char *phase,
+				       double seconds, double flops);
+
+typedef struct flow_profile_row {
+	char name[32];    /* op kind name ("matmul_backward") or phase */
+	uint64_t calls;
+	double seconds;   /* total */
+	double flops;     /* total */
+} flow_profile_row_t;
+
+/* Rows with calls > 0, largest time first: at most cap written; returns
+ * the number of rows available. */
+FLOW_EXPORT size_t flow_exec_profile_rows(const flow_exec_t *exec,
+					  flow_profile_row_t *rows, size_t cap);
+
+/* FLOPs of one forward + backward pass of the graph (sum of the op
+ * definitions' flops). */
+FLOW_EXPORT double flow_exec_step_flops(const flow_exec_t *exec);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

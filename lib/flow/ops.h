@@ -1,0 +1,103 @@
+/* Op definitions: what each op of the graph IR means, apart from any kernel.
+ *
+ * An op definition gives its input and output names, the shape rule (checks
+ * the inputs, derives the outputs), the gradient rule (appends the backward
+ * ops to a graph), the FLOPs of one call and the scratch it needs.  The
+ * planner, the checkpoint tools and the executor all read these; only the
+ * executor (flow/exec.h) maps them to kernels.  One file per op under
+ * lib/ops/ defines an op and its backward.
+ *
+ * Backward ops read what their forward op saved and ACCUMULATE into every
+ * gradient output (flow/graph.h, "Gradient semantics").
+ *
+ * The ops (tensors are f32 unless marked i32; N = product of all but the
+ * last dimension):
+ *   embedding   in (tokens i32[B,T], wte[Vp,C], wpe[Tmax,C]), T <= Tmax
+ *               out (out[B,T,C])
+ *   layernorm   in (x[...,C], weight[C], bias[C])
+ *               out (out[...,C], mean[N] saved, rstd[N] saved)
+ *   matmul      in (x[...,I], weight[O,I], bias[O] optional)
+ *               out (out[...,O])
+ *   attention   in (qkv[B,T,3C]), attrs.heads divides C
+ *               out (out[B,T,C], probs[B,NH,T,T] saved)
+ *   gelu        in (x) out (out)
+ *   add         in (a, b) same shape, out (out)
+ *   cross_entropy  in (logits[...,Vp], targets i32[...]), attrs.vocab = V
+ *               <= Vp; out (losses[N], dlogits[...,Vp] role GRAD, alias of
+ *               logits).  Fused: the forward pass also writes the logits'
+ *               gradient in place (scaled by the executor's loss scale), so
+ *               the loss is the root of the backward pass and the logits
+ *               are never held twice.  Its gradient rule appends no op: it
+ *               makes dlogits the logits' gradient.
+ *   *_backward  in: (dout, then what the forward saved), out: the input
+ *               gradients in input order (absent when not required):
+ *     embedding_backward  in (dout, tokens)          out (dwte, dwpe)
+ *     layernorm_backward  in (dout, x, weight, mean, rstd)
+ *                         out (dx, dweight, dbias)
+ *     matmul_backward     in (dout, x, weight)       out (dx, dweight, dbias)
+ *     attention_backward  in (dout, qkv, probs)      out (dqkv)
+ *     gelu_backward       in (dout, x)               out (dx)
+ *     add_backward        in (dout)                  out (da, db)
+ */
+#ifndef FLOW_OPS_H
+#define FLOW_OPS_H
+
+#include <flow/graph.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct flow_op_def {
+	flow_op_kind_t kind;
+	const char *name;            /* "matmul", "matmul_backward" */
+	int nin;                     /* inputs, optional ones included */
+	int nout;
+	const char *in_names[FLOW_OP_MAX_IO];   /* "x", "weight", "bias" */
+	const char *out_names[FLOW_OP_MAX_IO];  /* "out", "mean", "rstd" */
+	uint32_t optional_in;        /* bit i: input i may be -1 */
+	uint32_t accumulates;        /* bit i: output i is added to */
+	flow_op_kind_t backward_kind; /* forward ops: the kind of their
+				       * backward op (cross_entropy: itself) */
+	/* Check the inputs of op (in g) and write the outputs' shapes and
+	 * dtypes; FLOW_ERR_USAGE with a message naming op->name. */
+	flow_err_t (*infer)(const flow_graph_t *g, const flow_graph_op_t *op,
+			    flow_shape_t shapes_out[FLOW_OP_MAX_IO],
+			    flow_dtype_t dtypes_out[FLOW_OP_MAX_IO],
+			    flow_diag_t *diag);
+	/* Forward ops: append the backward op(s) of g->ops[op] to g, reading
+	 * and creating gradients with flow_graph_grad_for(); NULL for
+	 * backward ops. */
+	flow_err_t (*backward)(flow_graph_t *g, int op, flow_diag_t *diag);
+	/* FLOPs of one call (multiply-add = 2), for profiles and MFU. */
+	double (*flops)(const flow_graph_t *g, const flow_graph_op_t *op);
+	/* Bytes of scratch one call needs (0 for most ops). */
+	size_t (*scratch)(const flow_graph_t *g, const flow_graph_op_t *op);
+} flow_op_def_t;
+
+/* The definition of kind; NULL for an unknown kind. */
+FLOW_EXPORT const flow_op_def_t *flow_op_def(flow_op_kind_t kind);
+/* "matmul" -> FLOW_OP_MATMUL; FLOW_ERR_USAGE for an unknown name. */
+FLOW_EXPORT flow_err_t flow_op_kind_parse(const char *name,
+					  flow_op_kind_t *kind_out,
+					  flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* For gradient rules: the gradient tensor of tensor t, created (same dtype
+ * and shape, named "<name>.grad", role PARAM_GRAD for params, else GRAD)
+ * when it does not exist yet; -1 when t does not require a gradient.
+ * <0 other than -1 is an error (FLOW_ERR_NOMEM) with diag set. */
+FLOW_EXPORT int flow_graph_grad_for(flow_graph_t *g, int t, flow_diag_t *diag);
+
+/* For gradient rules: append a backward op (no shape rule beyond the
+ * counts; outputs exist already) and return its index, or <0 with diag. */
+FLOW_EXPORT int flow_graph_append_backward_op(flow_graph_t *g,
+					      flow_op_kind_t kind, int forward,
+					      const int *in, int nin,
+					      const int *out, int nout,
+					      flow_diag_t *diag) FLOW_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

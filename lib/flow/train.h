@@ -1,0 +1,106 @@
+/* The training loop of one rank: model, data, optimizer, evaluation,
+ * checkpoints and exact resume (flow-train(1)).
+ *
+ * A trainer is a stream of rows: each call to flow_trainer_next runs one
+ * optimizer step (K micro-batches of B sequences of T tokens, clipping,
+ * AdamW) or one evaluation, and describes it.  Checkpoints are written
+ * inside the stream when due; resuming from one continues the very same
+ * computation: the same batches, the same parameters and moments, the same
+ * bits. */
+#ifndef FLOW_TRAIN_H
+#define FLOW_TRAIN_H
+
+#include <stdio.h>
+
+#include <flow/exec.h>
+#include <flow/kernels.h>
+#include <flow/model.h>
+#include <flow/optim.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct flow_train_config {
+	flow_gpt_config_t model;
+	const char *data_dir;
+	uint32_t batch;          /* B: sequences per micro-batch */
+	uint32_t seq_len;        /* T */
+	uint32_t grad_accum;     /* K: micro-batches per step */
+	uint64_t steps;          /* N: the run ends after step N */
+	flow_lr_schedule_t lr;   /* .total is set to steps */
+	flow_adamw_params_t adamw; /* .lr is ignored (the schedule's) */
+	float clip;              /* max gradient norm; 0: no clipping */
+	uint64_t seed;           /* init and data order */
+	uint64_t eval_every;     /* 0: never */
+	uint64_t eval_batches;   /* micro-batches of the val split */
+	const char *ckpt_dir;    /* NULL: no checkpoints */
+	uint64_t ckpt_every;     /* 0: only after the last step */
+	const char *resume;      /* a step directory, "latest" (in
+				  * ckpt_dir), or NULL */
+	flow_kernel_set_t kernels;
+	bool profile;
+	double peak_gflops;      /* MFU denominator; <= 0: no MFU */
+	const char *dump_batches; /* file of every batch's tokens, or NULL */
+	const char *dump_grads;  /* checkpoint dir of the first step's
+				  * gradients, or NULL */
+} flow_train_config_t;
+
+/* Defaults: B 4, T = model seq (set by flow_trainer_new when 0), K 1,
+ * steps 10, lr 6e-4 with min_lr lr/10 (when negative), warmup 0, AdamW
+ * betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1, seed 1337, eval
+ * every 0 with 8 batches, CPU kernels. */
+FLOW_EXPORT void flow_train_config_init(flow_train_config_t *cfg);
+
+/* One row of flow-train's output. */
+typedef struct flow_train_row {
+	uint64_t step;
+	bool val;            /* an evaluation row (loss only, lr 0) */
+	double loss;         /* mean over the step's tokens */
+	float lr;
+	float grad_norm;     /* before clipping */
+	double ms;           /* wall time of the step */
+	double tokens_per_s;
+	double mfu;          /* model FLOPs / time / peak; NaN unknown */
+	bool checkpointed;   /* a checkpoint of this step was committed */
+} flow_train_row_t;
+
+typedef struct flow_trainer flow_trainer_t;
+
+/* Build the graph, allocate, open the data, and initialise from the seed
+ * or resume from a checkpoint (whose model and hyperparameters must equal
+ * cfg's: FLOW_ERR_USAGE naming the first difference).  Free with
+ * flow_trainer_free(). */
+FLOW_EXPORT flow_err_t flow_trainer_new(const flow_train_config_t *cfg,
+					flow_trainer_t **trainer_out,
+					flow_diag_t *diag) FLOW_MUST_CHECK;
+FLOW_EXPORT void flow_trainer_free(flow_trainer_t *trainer);
+
+/* The graph (forward and backward) and its executor; borrowed. */
+FLOW_EXPORT const flow_graph_t *flow_trainer_graph(const flow_trainer_t *t);
+FLOW_EXPORT flow_exec_t *flow_trainer_exec(flow_trainer_t *t);
+/* The last completed step (the resumed one before any call). */
+FLOW_EXPORT uint64_t flow_trainer_step(const flow_trainer_t *t);
+
+/* '#' lines: the whole configuration, the model size, memory (parameters,
+ * gradients, optimizer state, the planned activation arena and its
+ * unshared size), the data and where the run starts. */
+FLOW_EXPORT void flow_trainer_describe(const flow_trainer_t *t, FILE *out);
+
+/* Run the next step or evaluation: 1 with *row set, 0 when the run is
+ * complete (steps reached; a final checkpoint is written before), <0 with
+ * diag set (data read errors, checkpoint write errors: nothing already
+ * committed is damaged). */
+FLOW_EXPORT int flow_trainer_next(flow_trainer_t *t, flow_train_row_t *row,
+				  flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* The per-op profile of the steps run so far, TSV with header
+ * "op\tcalls\tms\tms_per_step\tpercent\tgflops". */
+FLOW_EXPORT void flow_trainer_print_profile(const flow_trainer_t *t,
+					    FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

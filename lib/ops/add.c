@@ -1,0 +1,72 @@
+/* add: out = a + b, same shapes (the residual connection).  Its backward
+ * passes dout unchanged into da and db. */
+#include <config.h>
+
+#include "ops_internal.h"
+
+enum { A, B };
+
+static flow_err_t add_infer(const flow_graph_t *g, const flow_graph_op_t *op,
+			    flow_shape_t shapes_out[FLOW_OP_MAX_IO],
+			    flow_dtype_t dtypes_out[FLOW_OP_MAX_IO],
+			    flow_diag_t *diag)
+{
+	flow_err_t err = flow_op_check_inputs(g, op, diag);
+
+	if (err != FLOW_OK)
+		return err;
+	const flow_shape_t *a = flow_op_in_shape(g, op, A);
+
+	if (!flow_shape_equal(flow_op_in_shape(g, op, B), a))
+		return flow_op_mismatch(g, op, B, A, diag, "%s",
+					flow_shape_text(a).s);
+	shapes_out[0] = *a;
+	dtypes_out[0] = FLOW_DTYPE_F32;
+	return FLOW_OK;
+}
+
+/* One add per element; backward one per element and gradient. */
+static double add_flops(const flow_graph_t *g, const flow_graph_op_t *op)
+{
+	return flow_shape_elems(flow_op_in_shape(g, op, A));
+}
+
+static double add_backward_flops(const flow_graph_t *g,
+				 const flow_graph_op_t *op)
+{
+	double n = flow_shape_elems(flow_op_in_shape(g, op, 0));
+
+	return n * ((op->out[0] >= 0) + (op->out[1] >= 0));
+}
+
+const flow_op_info_t flow_op_add_info = {
+	.def = {
+		.kind = FLOW_OP_ADD,
+		.name = "add",
+		.nin = 2,
+		.nout = 1,
+		.in_names = { "a", "b" },
+		.out_names = { "out" },
+		.backward_kind = FLOW_OP_ADD_BACKWARD,
+		.infer = add_infer,
+		.backward = flow_op_backward_rule,
+		.flops = add_flops,
+		.scratch = flow_op_no_scratch,
+	},
+};
+
+const flow_op_info_t flow_op_add_backward_info = {
+	.def = {
+		.kind = FLOW_OP_ADD_BACKWARD,
+		.name = "add_backward",
+		.nin = 1,
+		.nout = 2,
+		.in_names = { "dout" },
+		.out_names = { "da", "db" },
+		.accumulates = 3,
+		.backward_kind = FLOW_OP_ADD_BACKWARD,
+		.infer = flow_op_backward_infer,
+		.flops = add_backward_flops,
+		.scratch = flow_op_no_scratch,
+	},
+};

@@ -1,0 +1,142 @@
+/* AdamW over a graph's parameters, gradient clipping and the learning-rate
+ * schedule (flow/optim.h). */
+#include <config.h>
+
+#include <math.h>
+#include <stdlib.h>
+
+#include <flow/mem.h>
+#include <flow/optim.h>
+
+struct flow_adamw {
+	flow_exec_t *exec;
+	flow_adamw_params_t hp;
+	size_t nparams;
+	int *params;       /* graph tensor indices */
+	float **m, **v;    /* per parameter, numel floats each */
+	float **grads;     /* per parameter: its gradient in exec */
+	size_t *counts;    /* per parameter: numel */
+};
+
+float flow_lr_at(const flow_lr_schedule_t *s, uint64_t step)
+{
+	if (s->warmup > 0 && step <= s->warmup)
+		return (float)(s->lr * (double)step / (double)s->warmup);
+	if (s->total <= s->warmup)
+		return (float)s->lr;
+	double r = (double)(step - s->warmup) / (double)(s->total - s->warmup);
+	if (r > 1.0)
+		r = 1.0;
+	return (float)(s->min_lr +
+		       (s->lr - s->min_lr) * (1.0 + cos(M_PI * r)) / 2.0);
+}
+
+void flow_adamw_free(flow_adamw_t *opt)
+{
+	if (!opt)
+		return;
+	for (size_t i = 0; i < opt->nparams; i++) {
+		if (opt->m)
+			flow_free(opt->m[i]);
+		if (opt->v)
+			flow_free(opt->v[i]);
+	}
+	free(opt->m);
+	free(opt->v);
+	free(opt->grads);
+	free(opt->counts);
+	free(opt->params);
+	free(opt);
+}
+
+flow_err_t flow_adamw_new(flow_exec_t *exec, const flow_adamw_params_t *hp,
+			  flow_adamw_t **opt_out, flow_diag_t *diag)
+{
+	const flow_graph_t *g = flow_exec_graph(exec);
+	flow_adamw_t *opt = calloc(1, sizeof *opt);
+	if (!opt)
+		goto out_nomem;
+	opt->exec = exec;
+	opt->hp = *hp;
+	for (size_t t = 0; t < g->ntensors; t++)
+		opt->nparams += g->tensors[t].role == FLOW_ROLE_PARAM;
+	size_t n = opt->nparams ? opt->nparams : 1;
+	opt->params = calloc(n, sizeof *opt->params);
+	opt->m = calloc(n, sizeof *opt->m);
+	opt->v = calloc(n, sizeof *opt->v);
+	opt->grads = calloc(n, sizeof *opt->grads);
+	opt->counts = calloc(n, sizeof *opt->counts);
+	if (!opt->params || !opt->m || !opt->v || !opt->grads || !opt->counts)
+		goto out_free;
+	size_t i = 0;
+	for (size_t t = 0; t < g->ntensors; t++) {
+		const flow_graph_tensor_t *p = &g->tensors[t];
+		if (p->role != FLOW_ROLE_PARAM)
+			continue;
+		size_t numel = flow_graph_tensor_numel(g, (int)t);
+		opt->params[i] = (int)t;
+		opt->counts[i] = numel;
+		opt->grads[i] = p->grad >= 0 ? flow_exec_tensor(exec, p->grad)
+					     : NULL;
+		opt->m[i] = flow_calloc(numel, sizeof(float));
+		opt->v[i] = flow_calloc(numel, sizeof(float));
+		if (!opt->m[i] || !opt->v[i] || !opt->grads[i])
+			goto out_free;
+		i++;
+	}
+	*opt_out = opt;
+	return FLOW_OK;
+out_free:
+	flow_adamw_free(opt);
+out_nomem:
+	return flow_diag_set(diag, FLOW_ERR_NOMEM,
+			     "out of memory for the optimizer state (or a "
+			     "parameter without a gradient: graph not "
+			     "differentiated)");
+}
+
+void flow_adamw_step(flow_adamw_t *opt, uint64_t t, float lr)
+{
+	const flow_graph_t *g = flow_exec_graph(opt->exec);
+	flow_adamw_params_t hp = opt->hp;
+	hp.lr = lr;
+	for (size_t i = 0; i < opt->nparams; i++) {
+		int p = opt->params[i];
+		flow_cpu_adamw_update(flow_exec_tensor(opt->exec, p),
+				      opt->grads[i], opt->m[i], opt->v[i],
+				      opt->counts[i], &hp, t,
+				      g->tensors[p].decay);
+	}
+}
+
+static ptrdiff_t adamw_slot(const flow_adamw_t *opt, int param)
+{
+	for (size_t i = 0; i < opt->nparams; i++)
+		if (opt->params[i] == param)
+			return (ptrdiff_t)i;
+	return -1;
+}
+
+float *flow_adamw_m(flow_adamw_t *opt, int param)
+{
+	ptrdiff_t i = adamw_slot(opt, param);
+	return i < 0 ? NULL : opt->m[i];
+}
+
+float *flow_adamw_v(flow_adamw_t *opt, int param)
+{
+	ptrdiff_t i = adamw_slot(opt, param);
+	return i < 0 ? NULL : opt->v[i];
+}
+
+float flow_adamw_clip_grad_norm(flow_adamw_t *opt, float max_norm)
+{
+	return flow_cpu_clip_grad_norm(opt->grads, opt->counts, opt->nparams,
+				       max_norm);
+}
+
+size_t flow_adamw_params(const flow_adamw_t *opt, const int **params_out)
+{
+	*params_out = opt->params;
+	return opt->nparams;
+}

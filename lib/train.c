@@ -1,0 +1,673 @@
+/* The training loop of one rank (flow/train.h): steps, evaluation,
+ * checkpoints and exact resume.
+ *
+ * What makes resume exact: the data order is a pure function of (data,
+ * seed, position) and the checkpoint records the position; parameters and
+ * AdamW moments are stored bit for bit; the step number fixes the learning
+ * rate and Adam's bias correction; every kernel gives the same bits for the
+ * same inputs.  So a resumed run recomputes exactly what the uninterrupted
+ * one did. */
+#include <config.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <flow/checksum.h>
+#include <flow/ckpt.h>
+#include <flow/file.h>
+#include <flow/loader.h>
+#include <flow/parse.h>
+#include <flow/shard.h>
+#include <flow/train.h>
+
+#define ADAMW_M_PREFIX "adamw.m/"
+#define ADAMW_V_PREFIX "adamw.v/"
+
+struct flow_trainer {
+	flow_train_config_t cfg;
+	flow_graph_t graph;
+	flow_exec_t *exec;
+	flow_adamw_t *opt;
+	flow_loader_t *train;
+	flow_loader_t *val;             /* NULL without evaluation */
+	uint64_t data_checksum;         /* the dataset manifest's */
+	uint64_t data_vocab;
+	int tokens, targets;            /* input tensors */
+	uint64_t step;                  /* last completed step */
+	uint64_t resumed_from;          /* 0 when started fresh */
+	char *resumed_path;
+	bool eval_pending;              /* evaluate before the next step */
+	bool finished;
+	double flops_per_step;          /* model FLOPs (flow/model.h) */
+	uint64_t steps_timed;
+	flow_atomic_file_t *batches;    /* --dump-batches, committed at end */
+	char spec[FLOW_GPT_SPEC_MAX];
+};
+
+void flow_train_config_init(flow_train_config_t *cfg)
+{
+	*cfg = (flow_train_config_t){
+		.batch = 4,
+		.grad_accum = 1,
+		.steps = 10,
+		.lr = { .lr = 6e-4, .min_lr = -1.0 },
+		.adamw = { .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+			   .weight_decay = 0.1f },
+		.clip = 1.0f,
+		.seed = 1337,
+		.eval_batches = 8,
+		.kernels = FLOW_KERNELS_CPU,
+	};
+}
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- the run's identity, as checkpoint state ------------------------------ */
+
+/* Every setting that changes the computation, as (key, text).  Doubles are
+ * printed with 17 digits so that equal text means equal bits.  On resume
+ * the checkpoint's values must equal these. */
+typedef struct run_state {
+	char text[20][64];
+	flow_ckpt_kv_t kv[20];
+	size_t n;
+} run_state_t;
+
+static void run_state_add(run_state_t *s, const char *key, const char *fmt,
+			  ...) FLOW_PRINTF(3, 4);
+
+static void run_state_add(run_state_t *s, const char *key, const char *fmt,
+			  ...)
+{
+	size_t i = s->n++;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(s->text[i], sizeof s->text[i], fmt, ap);
+	va_end(ap);
+	s->kv[i].key = key;
+	s->kv[i].value = s->text[i];
+}
+
+static void run_state_build(const flow_trainer_t *t, run_state_t *s)
+{
+	const flow_train_config_t *c = &t->cfg;
+	s->n = 0;
+	run_state_add(s, "model", "%s", t->spec);
+	run_state_add(s, "data.checksum", "%016" PRIx64, t->data_checksum);
+	run_state_add(s, "batch", "%" PRIu32, c->batch);
+	run_state_add(s, "seq_len", "%" PRIu32, c->seq_len);
+	run_state_add(s, "grad_accum", "%" PRIu32, c->grad_accum);
+	run_state_add(s, "steps", "%" PRIu64, c->steps);
+	run_state_add(s, "seed", "%" PRIu64, c->seed);
+	run_state_add(s, "lr", "%.17g", c->lr.lr);
+	run_state_add(s, "min_lr", "%.17g", c->lr.min_lr);
+	run_state_add(s, "warmup", "%" PRIu64, c->lr.warmup);
+	run_state_add(s, "weight_decay", "%.9g", (double)c->adamw.weight_decay);
+	run_state_add(s, "beta1", "%.9g", (double)c->adamw.beta1);
+	run_state_add(s, "beta2", "%.9g", (double)c->adamw.beta2);
+	run_state_add(s, "eps", "%.9g", (double)c->adamw.eps);
+	run_state_add(s, "clip", "%.9g", (double)c->clip);
+	run_state_add(s, "kernels", "%s",
+		      c->kernels == FLOW_KERNELS_REF ? "ref" : "cpu");
+}
+
+/* ---- setup ------------------------------------------------------------------ */
+
+static flow_err_t trainer_open_data(flow_trainer_t *t, flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	flow_manifest_t manifest;
+	flow_err_t err = flow_manifest_read(c->data_dir, &manifest, diag);
+	if (err != FLOW_OK)
+		return err;
+	t->data_checksum = manifest.checksum;
+	t->data_vocab = manifest.vocab;
+	flow_manifest_release(&manifest);
+	if (t->data_vocab > c->model.vocab)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "%s: the data's vocabulary (%" PRIu64
+				     ") is larger than the model's (%" PRIu32
+				     ")",
+				     c->data_dir, t->data_vocab,
+				     c->model.vocab);
+
+	flow_loader_options_t o = {
+		.dir = c->data_dir,
+		.split = FLOW_SPLIT_TRAIN,
+		.seq_len = c->seq_len,
+		.global_batch = c->batch,
+		.seed = c->seed,
+		.dp_rank = 0,
+		.dp_size = 1,
+		.prefetch = true,
+	};
+	err = flow_loader_open(&o, &t->train, diag);
+	if (err != FLOW_OK || c->eval_every == 0)
+		return err;
+	o.split = FLOW_SPLIT_VAL;
+	o.prefetch = false;
+	return flow_loader_open(&o, &t->val, diag);
+}
+
+static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	flow_graph_init(&t->graph);
+	flow_err_t err = flow_gpt_build(&c->model, c->batch, c->seq_len,
+					&t->graph, diag);
+	if (err == FLOW_OK)
+		err = flow_graph_backward(&t->graph, diag);
+	if (err == FLOW_OK)
+		err = flow_exec_new(&t->graph, c->kernels, &t->exec, diag);
+	if (err == FLOW_OK)
+		err = flow_adamw_new(t->exec, &c->adamw, &t->opt, diag);
+	if (err != FLOW_OK)
+		return err;
+	t->tokens = flow_graph_find(&t->graph, "tokens");
+	t->targets = flow_graph_find(&t->graph, "targets");
+	/* The gradient of the mean loss over the whole step. */
+	flow_exec_set_loss_scale(t->exec,
+				 (float)(1.0 / ((double)c->batch * c->seq_len *
+						c->grad_accum)));
+	flow_exec_profile_enable(t->exec, c->profile);
+	t->flops_per_step = flow_gpt_flops_per_token(&c->model, c->seq_len) *
+			    (double)c->batch * c->seq_len * c->grad_accum;
+	return FLOW_OK;
+}
+
+/* ---- checkpoints ------------------------------------------------------------- */
+
+static void param_desc(const flow_graph_t *g, int p, const char *prefix,
+		       flow_ckpt_tensor_desc_t *d)
+{
+	memset(d, 0, sizeof *d);
+	snprintf(d->name, sizeof d->name, "%s%s", prefix, g->tensors[p].name);
+	d->dtype = FLOW_DTYPE_F32;
+	d->shape = g->tensors[p].shape;
+	snprintf(d->mesh, sizeof d->mesh, "1");
+	snprintf(d->sbp, sizeof d->sbp, "(B)");
+}
+
+/* Write tensors (the parameters, or their gradients, and with state the
+ * moments) to step_dir and commit it with the run state. */
+static flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
+				     bool grads, flow_diag_t *diag)
+{
+	const flow_graph_t *g = &t->graph;
+	const int *params;
+	size_t n = flow_adamw_params(t->opt, &params);
+	flow_ckpt_writer_t *w;
+	flow_err_t err = flow_ckpt_writer_new(step_dir, 0, &w, diag);
+	if (err != FLOW_OK)
+		return err;
+	flow_ckpt_tensor_desc_t d;
+	for (size_t i = 0; i < n && err == FLOW_OK; i++) {
+		int p = params[i];
+		param_desc(g, p, "", &d);
+		int src = grads ? g->tensors[p].grad : p;
+		err = flow_ckpt_writer_add(w, &d, NULL,
+					   flow_exec_tensor(t->exec, src),
+					   diag);
+		if (err != FLOW_OK || grads)
+			continue;
+		param_desc(g, p, ADAMW_M_PREFIX, &d);
+		err = flow_ckpt_writer_add(w, &d, NULL,
+					   flow_adamw_m(t->opt, p), diag);
+		if (err != FLOW_OK)
+			continue;
+		param_desc(g, p, ADAMW_V_PREFIX, &d);
+		err = flow_ckpt_writer_add(w, &d, NULL,
+					   flow_adamw_v(t->opt, p), diag);
+	}
+	if (err != FLOW_OK) {
+		flow_ckpt_writer_abort(w);
+		return err;
+	}
+	err = flow_ckpt_writer_finish(w, diag);
+	if (err != FLOW_OK)
+		return err;
+
+	run_state_t s;
+	run_state_build(t, &s);
+	char epoch[24], index[24];
+	flow_loader_state_t ls = flow_loader_get_state(t->train);
+	snprintf(epoch, sizeof epoch, "%" PRIu64, ls.epoch);
+	snprintf(index, sizeof index, "%" PRIu64, ls.index);
+	s.kv[s.n++] = (flow_ckpt_kv_t){ "loader.epoch", epoch };
+	s.kv[s.n++] = (flow_ckpt_kv_t){ "loader.index", index };
+	s.kv[s.n++] = (flow_ckpt_kv_t){ "contents",
+					grads ? "gradients" : "training" };
+	return flow_ckpt_commit(step_dir, t->step, 1, s.kv, s.n, diag);
+}
+
+static flow_err_t trainer_checkpoint(flow_trainer_t *t, flow_diag_t *diag)
+{
+	char *dir = flow_ckpt_step_path(t->cfg.ckpt_dir, t->step);
+	if (!dir)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	double t0 = now_seconds();
+	flow_err_t err = trainer_write_ckpt(t, dir, false, diag);
+	flow_exec_profile_add(t->exec, "checkpoint", now_seconds() - t0, 0);
+	free(dir);
+	return err;
+}
+
+static flow_err_t read_param(const flow_ckpt_t *ck, const char *path,
+			     const char *name, const flow_shape_t *shape,
+			     float *dst, flow_diag_t *diag)
+{
+	int i = flow_ckpt_tensor_find(ck, name);
+	if (i < 0)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: checkpoint has no tensor '%s'", path,
+				     name);
+	const flow_ckpt_tensor_desc_t *d = flow_ckpt_tensor_at(ck, (size_t)i);
+	if (d->dtype != FLOW_DTYPE_F32 || !flow_shape_equal(&d->shape, shape)) {
+		char want[64], got[64];
+		flow_shape_format(shape, want, sizeof want);
+		flow_shape_format(&d->shape, got, sizeof got);
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: tensor '%s' is %s %s, expected f32 %s",
+				     path, name, flow_dtype_name(d->dtype), got,
+				     want);
+	}
+	return flow_ckpt_read(ck, (size_t)i, NULL, dst, diag);
+}
+
+static flow_err_t state_u64(const flow_ckpt_t *ck, const char *path,
+			    const char *key, uint64_t *out, flow_diag_t *diag)
+{
+	const char *v = flow_ckpt_get(ck, key);
+	int64_t x;
+	if (!v || flow_parse_int(v, 0, INT64_MAX, &x, NULL) != FLOW_OK)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: state '%s' is %s", path, key,
+				     v ? "not a count" : "missing");
+	*out = (uint64_t)x;
+	return FLOW_OK;
+}
+
+static flow_err_t trainer_resume(flow_trainer_t *t, flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	char *path = NULL;
+	flow_err_t err;
+	if (strcmp(c->resume, "latest") == 0) {
+		if (!c->ckpt_dir)
+			return flow_diag_set(diag, FLOW_ERR_USAGE,
+					     "--resume latest needs "
+					     "--ckpt-dir");
+		err = flow_ckpt_latest(c->ckpt_dir, &path, diag);
+	} else {
+		path = strdup(c->resume);
+		err = path ? FLOW_OK
+			   : flow_diag_set(diag, FLOW_ERR_NOMEM,
+					   "out of memory");
+	}
+	if (err != FLOW_OK)
+		return err;
+	flow_ckpt_t *ck = NULL;
+	err = flow_ckpt_open(path, &ck, diag);
+	if (err != FLOW_OK)
+		goto out_free_path;
+
+	const char *contents = flow_ckpt_get(ck, "contents");
+	if (!contents || strcmp(contents, "training") != 0) {
+		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+				    "%s: not a training checkpoint (contents "
+				    "'%s')",
+				    path, contents ? contents : "missing");
+		goto out_close;
+	}
+	run_state_t s;
+	run_state_build(t, &s);
+	for (size_t i = 0; i < s.n; i++) {
+		const char *have = flow_ckpt_get(ck, s.kv[i].key);
+		if (!have || strcmp(have, s.kv[i].value) != 0) {
+			err = flow_diag_set(diag, FLOW_ERR_USAGE,
+					    "%s: %s is '%s' in the checkpoint "
+					    "but '%s' in this run",
+					    path, s.kv[i].key,
+					    have ? have : "(missing)",
+					    s.kv[i].value);
+			goto out_close;
+		}
+	}
+	flow_loader_state_t ls;
+	if ((err = state_u64(ck, path, "loader.epoch", &ls.epoch, diag)) ||
+	    (err = state_u64(ck, path, "loader.index", &ls.index, diag)))
+		goto out_close;
+
+	const flow_graph_t *g = &t->graph;
+	const int *params;
+	size_t n = flow_adamw_params(t->opt, &params);
+	char name[FLOW_CKPT_NAME_MAX];
+	for (size_t i = 0; i < n && err == FLOW_OK; i++) {
+		int p = params[i];
+		const flow_graph_tensor_t *pt = &g->tensors[p];
+		err = read_param(ck, path, pt->name, &pt->shape,
+				 flow_exec_tensor(t->exec, p), diag);
+		snprintf(name, sizeof name, ADAMW_M_PREFIX "%s", pt->name);
+		if (err == FLOW_OK)
+			err = read_param(ck, path, name, &pt->shape,
+					 flow_adamw_m(t->opt, p), diag);
+		snprintf(name, sizeof name, ADAMW_V_PREFIX "%s", pt->name);
+		if (err == FLOW_OK)
+			err = read_param(ck, path, name, &pt->shape,
+					 flow_adamw_v(t->opt, p), diag);
+	}
+	if (err == FLOW_OK)
+		err = flow_loader_seek(t->train, &ls, diag);
+	if (err == FLOW_OK) {
+		t->step = flow_ckpt_step(ck);
+		t->resumed_from = t->step;
+		t->resumed_path = path;
+		path = NULL;
+	}
+out_close:
+	flow_ckpt_free(ck);
+out_free_path:
+	free(path);
+	return err;
+}
+
+flow_err_t flow_trainer_new(const flow_train_config_t *cfg,
+			    flow_trainer_t **trainer_out, flow_diag_t *diag)
+{
+	flow_trainer_t *t = calloc(1, sizeof *t);
+	if (!t)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	t->cfg = *cfg;
+	flow_train_config_t *c = &t->cfg;
+	if (c->seq_len == 0)
+		c->seq_len = c->model.seq;
+	if (c->lr.min_lr < 0)
+		c->lr.min_lr = c->lr.lr / 10.0;
+	c->lr.total = c->steps;
+	flow_gpt_format(&c->model, t->spec, sizeof t->spec);
+
+	flow_err_t err = FLOW_OK;
+	if (c->batch == 0 || c->grad_accum == 0)
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "batch and grad-accum must be positive");
+	if (err == FLOW_OK)
+		err = trainer_build(t, diag);
+	if (err == FLOW_OK)
+		err = trainer_open_data(t, diag);
+	if (err == FLOW_OK && c->resume)
+		err = trainer_resume(t, diag);
+	else if (err == FLOW_OK)
+		flow_exec_init_params(t->exec, c->seed);
+	if (err == FLOW_OK && t->step > c->steps)
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "%s: step %" PRIu64 " is past --steps %"
+				    PRIu64,
+				    t->resumed_path, t->step, c->steps);
+	if (err == FLOW_OK && c->dump_batches)
+		err = flow_atomic_file_open(c->dump_batches, &t->batches, diag);
+	if (err != FLOW_OK) {
+		flow_trainer_free(t);
+		return err;
+	}
+	*trainer_out = t;
+	return FLOW_OK;
+}
+
+void flow_trainer_free(flow_trainer_t *t)
+{
+	if (!t)
+		return;
+	flow_atomic_file_abort(t->batches);
+	flow_loader_free(t->val);
+	flow_loader_free(t->train);
+	flow_adamw_free(t->opt);
+	flow_exec_free(t->exec);
+	flow_graph_release(&t->graph);
+	free(t->resumed_path);
+	free(t);
+}
+
+const flow_graph_t *flow_trainer_graph(const flow_trainer_t *t)
+{
+	return &t->graph;
+}
+
+flow_exec_t *flow_trainer_exec(flow_trainer_t *t)
+{
+	return t->exec;
+}
+
+uint64_t flow_trainer_step(const flow_trainer_t *t)
+{
+	return t->step;
+}
+
+/* ---- describing the run -------------------------------------------------------- */
+
+static double mib(size_t bytes)
+{
+	return (double)bytes / (1024.0 * 1024.0);
+}
+
+void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
+{
+	const flow_train_config_t *c = &t->cfg;
+	const flow_memplan_t *mp = flow_exec_memplan(t->exec);
+	flow_graph_stats_t st;
+	flow_graph_get_stats(&t->graph, &st);
+	uint64_t tokens = (uint64_t)c->batch * c->seq_len * c->grad_accum;
+
+	fprintf(out, "# model %s\n", t->spec);
+	fprintf(out, "# params %zu tensors, %zu elements (%.2fM); graph %zu "
+		     "forward + %zu backward ops\n",
+		st.params, st.param_elems, (double)st.param_elems / 1e6,
+		st.forward_ops, st.backward_ops);
+	fprintf(out, "# data %s (manifest %016" PRIx64 ", vocab %" PRIu64
+		     ", %" PRIu64 " train samples of %" PRIu32 "+1 tokens)\n",
+		c->data_dir, t->data_checksum, t->data_vocab,
+		flow_loader_samples_per_epoch(t->train), c->seq_len);
+	fprintf(out, "# batch %" PRIu32 " x %" PRIu32 " tokens, grad-accum %"
+		     PRIu32 ": %" PRIu64 " tokens per step, %" PRIu64
+		     " steps\n",
+		c->batch, c->seq_len, c->grad_accum, tokens, c->steps);
+	fprintf(out, "# optimizer adamw lr %g min-lr %g warmup %" PRIu64
+		     " cosine, betas (%g, %g), eps %g, weight-decay %g, "
+		     "clip %g, seed %" PRIu64 "\n",
+		c->lr.lr, c->lr.min_lr, c->lr.warmup, (double)c->adamw.beta1,
+		(double)c->adamw.beta2, (double)c->adamw.eps,
+		(double)c->adamw.weight_decay, (double)c->clip, c->seed);
+	size_t pbytes = st.param_elems * sizeof(float);
+	fprintf(out, "# memory params %.1f MiB, grads %.1f MiB, adamw %.1f "
+		     "MiB, activations %.1f MiB peak (%.1f MiB unshared), "
+		     "scratch %.1f MiB\n",
+		mib(pbytes), mib(pbytes), mib(2 * pbytes), mib(mp->arena_bytes),
+		mib(mp->unshared_bytes), mib(mp->scratch_bytes));
+	fprintf(out, "# kernels %s; model %.3g GFLOP per step",
+		c->kernels == FLOW_KERNELS_REF ? "ref" : "cpu",
+		t->flops_per_step / 1e9);
+	if (c->peak_gflops > 0)
+		fprintf(out, "; peak %.1f GFLOP/s (sgemm)", c->peak_gflops);
+	fputc('\n', out);
+	if (c->eval_every)
+		fprintf(out, "# eval every %" PRIu64 " steps on %" PRIu64
+			     " val batches\n",
+			c->eval_every, c->eval_batches);
+	if (c->ckpt_dir)
+		fprintf(out, "# checkpoints %s every %" PRIu64 " steps\n",
+			c->ckpt_dir, c->ckpt_every);
+	if (t->resumed_path)
+		fprintf(out, "# resumed from %s (step %" PRIu64 ")\n",
+			t->resumed_path, t->resumed_from);
+}
+
+/* ---- steps -------------------------------------------------------------------------- */
+
+static int trainer_eval(flow_trainer_t *t, flow_train_row_t *row,
+			flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	double t0 = now_seconds();
+	flow_loader_state_t start = { 0, 0 };
+	flow_err_t err = flow_loader_seek(t->val, &start, diag);
+	if (err != FLOW_OK)
+		return err;
+	double sum = 0.0;
+	for (uint64_t i = 0; i < c->eval_batches; i++) {
+		int rc = flow_loader_next(t->val,
+					  flow_exec_tensor(t->exec, t->tokens),
+					  flow_exec_tensor(t->exec, t->targets),
+					  diag);
+		if (rc < 0)
+			return rc;
+		sum += flow_exec_forward(t->exec);
+	}
+	double secs = now_seconds() - t0;
+	flow_exec_profile_add(t->exec, "eval", secs, 0);
+	*row = (flow_train_row_t){
+		.step = t->step,
+		.val = true,
+		.loss = sum / (double)c->eval_batches,
+		.ms = secs * 1e3,
+		.tokens_per_s = (double)c->eval_batches * c->batch *
+				c->seq_len / secs,
+		.mfu = NAN,
+	};
+	return 1;
+}
+
+static flow_err_t dump_batch(flow_trainer_t *t, flow_diag_t *diag)
+{
+	size_t bytes = (size_t)t->cfg.batch * t->cfg.seq_len * sizeof(int32_t);
+	flow_err_t err = flow_atomic_file_write(
+		t->batches, flow_exec_tensor(t->exec, t->tokens), bytes, diag);
+	if (err == FLOW_OK)
+		err = flow_atomic_file_write(
+			t->batches, flow_exec_tensor(t->exec, t->targets),
+			bytes, diag);
+	return err;
+}
+
+static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
+			flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	uint64_t step = t->step + 1;
+	double t0 = now_seconds();
+	double loss = 0.0;
+	flow_err_t err;
+
+	flow_exec_zero_param_grads(t->exec);
+	for (uint32_t k = 0; k < c->grad_accum; k++) {
+		double td = now_seconds();
+		int rc = flow_loader_next(t->train,
+					  flow_exec_tensor(t->exec, t->tokens),
+					  flow_exec_tensor(t->exec, t->targets),
+					  diag);
+		if (rc < 0)
+			return rc;
+		flow_exec_profile_add(t->exec, "data", now_seconds() - td, 0);
+		if (t->batches && (err = dump_batch(t, diag)) != FLOW_OK)
+			return err;
+		loss += flow_exec_forward(t->exec);
+		flow_exec_backward(t->exec);
+	}
+	loss /= c->grad_accum;
+	if (c->dump_grads && step == t->resumed_from + 1) {
+		err = trainer_write_ckpt(t, c->dump_grads, true, diag);
+		if (err != FLOW_OK)
+			return err;
+	}
+	double to = now_seconds();
+	float norm = flow_adamw_clip_grad_norm(t->opt, c->clip);
+	float lr = flow_lr_at(&c->lr, step);
+	flow_adamw_step(t->opt, step, lr);
+	flow_exec_profile_add(t->exec, "optimizer", now_seconds() - to, 0);
+	double secs = now_seconds() - t0;
+	t->step = step;
+	t->steps_timed++;
+
+	*row = (flow_train_row_t){
+		.step = step,
+		.loss = loss,
+		.lr = lr,
+		.grad_norm = norm,
+		.ms = secs * 1e3,
+		.tokens_per_s = (double)c->batch * c->seq_len * c->grad_accum /
+				secs,
+		.mfu = c->peak_gflops > 0 ? t->flops_per_step / secs /
+						    (c->peak_gflops * 1e9)
+					  : NAN,
+	};
+	bool due = c->ckpt_dir &&
+		   ((c->ckpt_every && step % c->ckpt_every == 0) ||
+		    step == c->steps);
+	if (due) {
+		if ((err = trainer_checkpoint(t, diag)) != FLOW_OK)
+			return err;
+		row->checkpointed = true;
+	}
+	t->eval_pending = c->eval_every &&
+			  (step % c->eval_every == 0 || step == c->steps);
+	return 1;
+}
+
+int flow_trainer_next(flow_trainer_t *t, flow_train_row_t *row,
+		      flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	if (t->finished)
+		return 0;
+	if (t->eval_pending) {
+		t->eval_pending = false;
+		return trainer_eval(t, row, diag);
+	}
+	if (t->step < c->steps)
+		return trainer_step(t, row, diag);
+
+	/* The end: a run of zero steps still leaves its initial state. */
+	flow_err_t err = FLOW_OK;
+	if (c->ckpt_dir && c->steps == 0)
+		err = trainer_checkpoint(t, diag);
+	if (err == FLOW_OK && t->batches) {
+		err = flow_atomic_file_commit(t->batches, diag);
+		t->batches = NULL;
+	}
+	if (err != FLOW_OK)
+		return err;
+	t->finished = true;
+	return 0;
+}
+
+void flow_trainer_print_profile(const flow_trainer_t *t, FILE *out)
+{
+	flow_profile_row_t rows[64];
+	size_t n = flow_exec_profile_rows(t->exec, rows, 64);
+	if (n > 64)
+		n = 64;
+	double total = 0.0;
+	for (size_t i = 0; i < n; i++)
+		total += rows[i].seconds;
+	double steps = t->steps_timed ? (double)t->steps_timed : 1.0;
+	fprintf(out, "op\tcalls\tms\tms_per_step\tpercent\tgflops\n");
+	for (size_t i = 0; i < n; i++) {
+		const flow_profile_row_t *r = &rows[i];
+		fprintf(out, "%s\t%" PRIu64 "\t%.3f\t%.3f\t%.1f\t", r->name,
+			r->calls, r->seconds * 1e3, r->seconds * 1e3 / steps,
+			total > 0 ? 100.0 * r->seconds / total : 0.0);
+		if (r->flops > 0 && r->seconds > 0)
+			fprintf(out, "%.1f\n", r->flops / r->seconds / 1e9);
+		else
+			fprintf(out, "-\n");
+	}
+}

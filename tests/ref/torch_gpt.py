@@ -1,0 +1,892 @@
+#!/usr/bin/python3
+"""GPT-2 training in PyTorch, the reference that flow-train is checked against.
+
+Use Debian's python3-torch (PyTorch 1.13): /usr/bin/python3, never another
+python3 on PATH.  This module is imported by gpt_parity.py and by
+bench/cpu-train-vs-torch.sh, and runs on its own:
+
+    /usr/bin/python3 tests/ref/torch_gpt.py selftest
+    /usr/bin/python3 tests/ref/torch_gpt.py train --ckpt DIR/step-00000000 \\
+        --batches FILE --steps N [--grad-accum K] [hyperparameters]
+    /usr/bin/python3 tests/ref/torch_gpt.py bench --model SPEC --batch B \\
+        --seq-len T --steps N [--threads N]
+
+What it holds, each written from flow's own definitions:
+
+- parse_spec: flow's model specs (lib/flow/model.h): presets and
+  "gpt:layers=..,heads=..,dim=..,vocab=..,seq=..[,pad=..]".
+- read_checkpoint / write_checkpoint: the flow-ckpt(5) step directory
+  (manifest text, rank data files); the reader checks the manifest's end
+  checksum line and every shard's XXH3-64 (through libxxhash when it can be
+  loaded; without it, only that the checksums are present and well formed).
+- gpt_forward: GPT-2 exactly as flow builds it: x = wte[tokens] + wpe[:T];
+  pre-LayerNorm blocks (eps 1e-5) with causal attention from a fused c_attn
+  and GELU(tanh) MLP; logits = ln_f(x) @ wte^T over the padded vocabulary
+  Vp; cross-entropy over the first V columns only.
+- lr_at: flow_lr_at (lib/flow/optim.h), in double, rounded to float once.
+- Trainer: K micro-batches per step, each micro-batch's mean loss scaled by
+  1/K before backward; clip_grad_norm_ (clip 0 = measure only);
+  torch.optim.AdamW with two groups (weight decay on the 2-D tensors only).
+- read_batches / read_flow_tsv: flow-train's --dump-batches file and its
+  TSV on standard output.
+"""
+
+import argparse
+import ctypes
+import math
+import os
+import re
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+LN_EPS = 1e-5
+
+# ---- model specs (lib/flow/model.h) -------------------------------------------
+
+PRESETS = {
+    "gpt2-124m": dict(layers=12, heads=12, dim=768),
+    "gpt2-350m": dict(layers=24, heads=16, dim=1024),
+    "gpt2-774m": dict(layers=36, heads=20, dim=1280),
+    "gpt2-1.5b": dict(layers=48, heads=25, dim=1600),
+}
+SPEC_KEYS = ("layers", "heads", "dim", "vocab", "seq", "pad")
+
+
+def parse_spec(spec):
+    """A flow model spec -> dict(layers, heads, dim, vocab, seq, pad, vp)."""
+    if spec.startswith("gpt:"):
+        cfg = {}
+        body = spec[4:]
+    else:
+        name, _, body = spec.partition(":")
+        if name not in PRESETS:
+            raise ValueError(f"unknown model preset '{name}'")
+        cfg = dict(PRESETS[name], vocab=50257, seq=1024)
+    cfg.setdefault("pad", 128)
+    for item in filter(None, body.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or key not in SPEC_KEYS or not value.isdigit():
+            raise ValueError(f"bad model spec item '{item}' in '{spec}'")
+        cfg[key] = int(value)
+    for key in SPEC_KEYS:
+        if key not in cfg or cfg[key] <= 0:
+            raise ValueError(f"model spec '{spec}' lacks a positive '{key}'")
+    if cfg["dim"] % cfg["heads"]:
+        raise ValueError(f"dim {cfg['dim']} is not a multiple of heads "
+                         f"{cfg['heads']}")
+    cfg["vp"] = -(-cfg["vocab"] // cfg["pad"]) * cfg["pad"]
+    return cfg
+
+
+def param_shapes(cfg):
+    """(name, shape) of every parameter, in flow's order."""
+    C, L = cfg["dim"], cfg["layers"]
+    out = [("wte", (cfg["vp"], C)), ("wpe", (cfg["seq"], C))]
+    for i in range(L):
+        p = f"h.{i}."
+        out += [(p + "ln_1.weight", (C,)), (p + "ln_1.bias", (C,)),
+                (p + "attn.c_attn.weight", (3 * C, C)),
+                (p + "attn.c_attn.bias", (3 * C,)),
+                (p + "attn.c_proj.weight", (C, C)),
+                (p + "attn.c_proj.bias", (C,)),
+                (p + "ln_2.weight", (C,)), (p + "ln_2.bias", (C,)),
+                (p + "mlp.c_fc.weight", (4 * C, C)),
+                (p + "mlp.c_fc.bias", (4 * C,)),
+                (p + "mlp.c_proj.weight", (C, 4 * C)),
+                (p + "mlp.c_proj.bias", (C,))]
+    out += [("ln_f.weight", (C,)), ("ln_f.bias", (C,))]
+    return out
+
+
+def flops_per_token(cfg, T):
+    """6 N + 12 L T C, N the parameters without wpe (flow_gpt_flops_per_token)."""
+    n = sum(int(np.prod(s)) for name, s in param_shapes(cfg) if name != "wpe")
+    return 6.0 * n + 12.0 * cfg["layers"] * T * cfg["dim"]
+
+
+def gpt2_init(cfg, seed=1337):
+    """GPT-2 initialisation (lib/flow/model.h), as float32 numpy arrays."""
+    g = torch.Generator()
+    g.manual_seed(seed)
+    proj_std = 0.02 / math.sqrt(2 * cfg["layers"])
+    out = {}
+    for name, shape in param_shapes(cfg):
+        if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+            t = torch.ones(shape)
+        elif len(shape) == 1:
+            t = torch.zeros(shape)
+        else:
+            std = proj_std if name.endswith("c_proj.weight") else 0.02
+            t = torch.randn(shape, generator=g) * std
+            if name == "wte":
+                t[cfg["vocab"]:] = 0
+        out[name] = t.numpy().astype(np.float32)
+    return out
+
+
+# ---- checksums ----------------------------------------------------------------
+
+_xxh = None
+
+
+def xxh3_lib():
+    """libxxhash through ctypes, or None when it cannot be loaded."""
+    global _xxh
+    if _xxh is None:
+        _xxh = False
+        for name in ("libxxhash.so.0", "libxxhash.so"):
+            try:
+                lib = ctypes.CDLL(name)
+                lib.XXH3_64bits.restype = ctypes.c_uint64
+                lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+                _xxh = lib
+                break
+            except (OSError, AttributeError):
+                pass
+    return _xxh or None
+
+
+def xxh3_hex(data):
+    lib = xxh3_lib()
+    if lib is None:
+        return None
+    data = bytes(data)
+    return "%016x" % lib.XXH3_64bits(data, len(data))
+
+
+# ---- checkpoints (flow-ckpt(5)) ----------------------------------------------
+
+class CheckpointError(Exception):
+    pass
+
+
+DTYPES = {"f32": "<f4", "f64": "<f8", "i32": "<i4", "u16": "<u2",
+          "u32": "<u4", "i64": "<i8"}
+HEX16 = re.compile(r"^[0-9a-f]{16}$")
+
+
+def _parse_shape(text, where):
+    m = re.fullmatch(r"\(([0-9,]*)\)", text)
+    if not m:
+        raise CheckpointError(f"{where}: bad shape '{text}'")
+    return tuple(int(x) for x in m.group(1).split(",") if x != "")
+
+
+def _parse_box(text, ndim, where):
+    box = []
+    for part in (text.split(",") if text not in ("", "-") else []):
+        m = re.fullmatch(r"(\d+):(\d+)", part)
+        if not m or int(m.group(2)) < int(m.group(1)):
+            raise CheckpointError(f"{where}: bad box '{text}'")
+        box.append((int(m.group(1)), int(m.group(2))))
+    if len(box) != ndim:
+        raise CheckpointError(f"{where}: box '{text}' has {len(box)} "
+                              f"dimensions, the tensor {ndim}")
+    return box
+
+
+def read_manifest(step_dir, verify=True):
+    """Parse step_dir/manifest -> dict(step, state, tensors, checksum_verified).
+
+    tensors: {name: dict(dtype, shape, mesh, sbp, shards=[dict(rank, box,
+    file, offset, length, xxh3)])}, in manifest order.  The last line must
+    be "end XXH3" (16 hex digits); with libxxhash it must equal the XXH3-64
+    of every byte before that line."""
+    path = os.path.join(step_dir, "manifest")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CheckpointError(f"{step_dir} is not a committed checkpoint: {e}")
+    if not raw.endswith(b"\n"):
+        raise CheckpointError(f"{path}: no newline at the end")
+    lines = raw[:-1].split(b"\n")
+    last_start = len(raw) - len(lines[-1]) - 1
+    out = {"step": None, "state": {}, "tensors": {},
+           "checksum_verified": False}
+    cur = None
+    for lineno, bline in enumerate(lines, 1):
+        where = f"{path}:{lineno}"
+        try:
+            line = bline.decode("ascii")
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{where}: not ASCII")
+        if lineno == 1:
+            if line != "flow-checkpoint 1":
+                raise CheckpointError(f"{where}: expected 'flow-checkpoint 1',"
+                                      f" got '{line}'")
+            continue
+        if line == "" or line.startswith("#"):
+            continue
+        f = line.split()
+        key = f[0]
+        if lineno == len(lines):
+            if key != "end" or len(f) != 2 or not HEX16.match(f[1]):
+                raise CheckpointError(f"{where}: the last line must be "
+                                      f"'end XXH3', got '{line}'")
+            if verify:
+                want = xxh3_hex(raw[:last_start])
+                if want is not None:
+                    if want != f[1]:
+                        raise CheckpointError(f"{where}: manifest checksum "
+                                              f"{f[1]}, computed {want}")
+                    out["checksum_verified"] = True
+            break
+        if key == "step" and len(f) == 2 and f[1].isdigit():
+            out["step"] = int(f[1])
+        elif key == "state" and len(f) >= 2:
+            value = line.split(None, 2)[2] if len(f) > 2 else ""
+            out["state"][f[1]] = value
+        elif key == "tensor" and len(f) == 6:
+            if f[2] not in DTYPES:
+                raise CheckpointError(f"{where}: unknown dtype '{f[2]}'")
+            if f[1] in out["tensors"]:
+                raise CheckpointError(f"{where}: tensor '{f[1]}' twice")
+            cur = {"name": f[1], "dtype": f[2],
+                   "shape": _parse_shape(f[3], where), "mesh": f[4],
+                   "sbp": f[5], "shards": []}
+            out["tensors"][f[1]] = cur
+        elif key == "shard" and len(f) == 8:
+            if cur is None or f[1] != cur["name"]:
+                raise CheckpointError(f"{where}: shard of '{f[1]}' outside "
+                                      f"its tensor")
+            if not HEX16.match(f[7]) or "/" in f[4]:
+                raise CheckpointError(f"{where}: bad shard line '{line}'")
+            cur["shards"].append({
+                "rank": int(f[2]),
+                "box": _parse_box(f[3], len(cur["shape"]), where),
+                "file": f[4], "offset": int(f[5]), "length": int(f[6]),
+                "xxh3": f[7]})
+        else:
+            raise CheckpointError(f"{where}: unexpected line '{line}'")
+    else:
+        raise CheckpointError(f"{path}: no 'end XXH3' line")
+    if out["step"] is None:
+        raise CheckpointError(f"{path}: no 'step' line")
+    return out
+
+
+def read_checkpoint(step_dir, verify=True, names=None):
+    """-> (manifest dict, {name: numpy array}) for every tensor (or names)."""
+    man = read_manifest(step_dir, verify)
+    arrays = {}
+    for name, t in man["tensors"].items():
+        if names is not None and name not in names:
+            continue
+        dt = np.dtype(DTYPES[t["dtype"]])
+        arr = np.zeros(t["shape"], dtype=dt)
+        covered = np.zeros(t["shape"], dtype=bool)
+        for s in t["shards"]:
+            ext = tuple(b - a for a, b in s["box"])
+            n = int(np.prod(ext)) if ext else 1
+            if s["length"] != n * dt.itemsize:
+                raise CheckpointError(f"{step_dir}: shard of {name}: length "
+                                      f"{s['length']}, box needs "
+                                      f"{n * dt.itemsize}")
+            fpath = os.path.join(step_dir, s["file"])
+            with open(fpath, "rb") as f:
+                f.seek(s["offset"])
+                data = f.read(s["length"])
+            if len(data) != s["length"]:
+                raise CheckpointError(f"{fpath}: short read of {name} at "
+                                      f"{s['offset']}")
+            if verify:
+                got = xxh3_hex(data)
+                if got is not None and got != s["xxh3"]:
+                    raise CheckpointError(f"{fpath}: checksum of {name} at "
+                                          f"offset {s['offset']}: stored "
+                                          f"{s['xxh3']}, computed {got}")
+            sl = tuple(slice(a, b) for a, b in s["box"])
+            arr[sl] = np.frombuffer(data, dtype=dt).reshape(ext)
+            covered[sl] = True
+        if not covered.all():
+            raise CheckpointError(f"{step_dir}: the shards of {name} do not "
+                                  f"cover its shape {t['shape']}")
+        arrays[name] = arr.astype(dt.newbyteorder("="), copy=False)
+    return man, arrays
+
+
+def write_checkpoint(step_dir, step, arrays, state=()):
+    """Write a single-rank flow-ckpt(5) step directory (float32 / int32
+    arrays, one whole-tensor shard each).  Used by the self-test and to make
+    synthetic inputs."""
+    os.makedirs(step_dir, exist_ok=True)
+    lines = ["flow-checkpoint 1", f"step {step}"]
+    lines += [f"state {k} {v}" for k, v in state]
+    offset = 0
+    with open(os.path.join(step_dir, "rank-00000.bin"), "wb") as f:
+        for name, arr in arrays.items():
+            arr = np.ascontiguousarray(arr)
+            code = {"float32": "f32", "int32": "i32"}[arr.dtype.name]
+            data = arr.astype(DTYPES[code]).tobytes()
+            shape = "(" + ",".join(str(d) for d in arr.shape) + ")"
+            box = ",".join(f"0:{d}" for d in arr.shape)
+            lines.append(f"tensor {name} {code} {shape} 1 (B)")
+            lines.append(f"shard {name} 0 {box} rank-00000.bin {offset} "
+                         f"{len(data)} {xxh3_hex(data) or '0' * 16}")
+            f.write(data)
+            offset += len(data)
+    body = ("\n".join(lines) + "\n").encode()
+    with open(os.path.join(step_dir, "manifest"), "wb") as f:
+        f.write(body + f"end {xxh3_hex(body) or '0' * 16}\n".encode())
+
+
+# ---- flow-train's outputs ---------------------------------------------------
+
+def read_batches(path, steps, accum, B, T):
+    """--dump-batches file -> int64 array [steps, accum, 2, B, T]
+    (index 0 the inputs, 1 the targets)."""
+    per_step = accum * 2 * B * T
+    data = np.fromfile(path, dtype="<i4")
+    if data.size < steps * per_step:
+        raise ValueError(f"{path}: {data.size} int32 values, {steps} steps "
+                         f"of {accum}x2x{B}x{T} need {steps * per_step}")
+    if data.size % per_step:
+        raise ValueError(f"{path}: {data.size} int32 values is not a whole "
+                         f"number of steps of {per_step}")
+    return data[:steps * per_step].astype(np.int64).reshape(
+        steps, accum, 2, B, T)
+
+
+def read_flow_tsv(text):
+    """flow-train's standard output -> (preamble lines, list of row dicts).
+    Numeric fields become floats ('-' stays a string), step an int."""
+    preamble, rows, header = [], [], None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            preamble.append(line)
+            continue
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if header is None:
+            header = fields
+            continue
+        if len(fields) != len(header):
+            raise ValueError(f"TSV row with {len(fields)} fields, header has "
+                             f"{len(header)}: {line!r}")
+        row = {}
+        for k, v in zip(header, fields):
+            if k == "step":
+                row[k] = int(v)
+            elif k == "phase":
+                row[k] = v
+            else:
+                try:
+                    row[k] = float(v)
+                except ValueError:
+                    row[k] = v
+        rows.append(row)
+    if header is None:
+        raise ValueError("no TSV header in flow-train's output")
+    return preamble, rows
+
+
+# ---- the model ---------------------------------------------------------------
+
+def gpt_forward(p, cfg, idx, targets=None):
+    """Forward of GPT-2 on idx [B,T] with parameters p {name: tensor}.
+    Returns (logits [B,T,Vp], mean cross-entropy over the first V columns or
+    None)."""
+    B, T = idx.shape
+    C, NH, V = cfg["dim"], cfg["heads"], cfg["vocab"]
+    hs = C // NH
+    x = F.embedding(idx, p["wte"]) + p["wpe"][:T]
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    for i in range(cfg["layers"]):
+        h = f"h.{i}."
+        a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"],
+                         LN_EPS)
+        qkv = F.linear(a, p[h + "attn.c_attn.weight"],
+                       p[h + "attn.c_attn.bias"])
+        q, k, v = qkv.split(C, dim=2)
+        q = q.view(B, T, NH, hs).transpose(1, 2)
+        k = k.view(B, T, NH, hs).transpose(1, 2)
+        v = v.view(B, T, NH, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + F.linear(y, p[h + "attn.c_proj.weight"],
+                         p[h + "attn.c_proj.bias"])
+        m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"],
+                         LN_EPS)
+        m = F.gelu(F.linear(m, p[h + "mlp.c_fc.weight"],
+                            p[h + "mlp.c_fc.bias"]), approximate="tanh")
+        x = x + F.linear(m, p[h + "mlp.c_proj.weight"],
+                         p[h + "mlp.c_proj.bias"])
+    x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], LN_EPS)
+    logits = F.linear(x, p["wte"])
+    loss = None
+    if targets is not None:
+        loss = F.cross_entropy(logits[..., :V].reshape(-1, V),
+                               targets.reshape(-1))
+    return logits, loss
+
+
+# ---- the optimizer ---------------------------------------------------------
+
+def lr_at(lr, min_lr, warmup, total, step):
+    """flow_lr_at: linear warmup, then cosine to min_lr at step total (and
+    min_lr after it); in double, rounded to float32 once.  Returns a numpy
+    float32."""
+    if warmup > 0 and step <= warmup:
+        return np.float32(lr * step / warmup)
+    if total <= warmup:
+        return np.float32(lr)
+    frac = min((step - warmup) / (total - warmup), 1.0)
+    return np.float32(min_lr + (lr - min_lr) *
+                      (1.0 + math.cos(math.pi * frac)) / 2.0)
+
+
+class Hyper:
+    """flow-train's optimizer options with its defaults."""
+
+    def __init__(self, lr=6e-4, min_lr=None, warmup=0, weight_decay=0.1,
+                 beta1=0.9, beta2=0.95, eps=1e-8, clip=1.0, steps=1,
+                 grad_accum=1):
+        self.lr, self.warmup, self.steps = lr, warmup, steps
+        self.min_lr = lr / 10 if min_lr is None else min_lr
+        self.weight_decay, self.beta1, self.beta2 = weight_decay, beta1, beta2
+        self.eps, self.clip, self.grad_accum = eps, clip, grad_accum
+
+    def flow_args(self):
+        """The flow-train options that set these values."""
+        return ["--lr", repr(self.lr), "--min-lr", repr(self.min_lr),
+                "--warmup", str(self.warmup),
+                "--weight-decay", repr(self.weight_decay),
+                "--beta1", repr(self.beta1), "--beta2", repr(self.beta2),
+                "--eps", repr(self.eps), "--clip", repr(self.clip),
+                "--steps", str(self.steps),
+                "--grad-accum", str(self.grad_accum)]
+
+    def lr_at(self, step):
+        return lr_at(self.lr, self.min_lr, self.warmup, self.steps, step)
+
+
+def grad_norm(params):
+    """The global L2 norm as clip_grad_norm_ computes it, without clipping."""
+    norms = [torch.linalg.vector_norm(q.grad.detach(), 2) for q in params]
+    return torch.linalg.vector_norm(torch.stack(norms), 2)
+
+
+class Trainer:
+    """The training loop of flow-train in PyTorch, from given weights."""
+
+    def __init__(self, cfg, weights, hp, dtype=torch.float32):
+        self.cfg, self.hp = cfg, hp
+        self.names = [n for n, _ in param_shapes(cfg)]
+        self.params = {}
+        for name, shape in param_shapes(cfg):
+            if name not in weights:
+                raise ValueError(f"no weights for parameter '{name}'")
+            w = np.asarray(weights[name])
+            if tuple(w.shape) != shape:
+                raise ValueError(f"parameter '{name}' has shape "
+                                 f"{tuple(w.shape)}, the model {shape}")
+            self.params[name] = torch.tensor(w, dtype=dtype,
+                                             requires_grad=True)
+        plist = [self.params[n] for n in self.names]
+        decay = [q for q in plist if q.dim() >= 2]
+        nodecay = [q for q in plist if q.dim() < 2]
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": hp.weight_decay},
+             {"params": nodecay, "weight_decay": 0.0}],
+            lr=float(hp.lr), betas=(hp.beta1, hp.beta2), eps=hp.eps,
+            foreach=False)
+        self.step_no = 0
+
+    def plist(self):
+        return [self.params[n] for n in self.names]
+
+    def forward_backward(self, micro_batches):
+        """micro_batches: [(inputs [B,T], targets [B,T])...] -> the mean of
+        the micro-batch losses (float); gradients accumulate in .grad."""
+        K = len(micro_batches)
+        total = 0.0
+        for inp, tgt in micro_batches:
+            _, loss = gpt_forward(self.params, self.cfg,
+                                  torch.as_tensor(inp), torch.as_tensor(tgt))
+            (loss / K).backward()
+            total += loss.item()
+        return total / K
+
+    def step(self, micro_batches, on_grads=None):
+        """One training step; on_grads(self) is called after backward,
+        before clipping.  Returns dict(step, loss, lr, grad_norm, clipped)."""
+        self.step_no += 1
+        s = self.step_no
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.forward_backward(micro_batches)
+        for n in self.names:
+            if self.params[n].grad is None:
+                self.params[n].grad = torch.zeros_like(self.params[n])
+        if on_grads is not None:
+            on_grads(self)
+        r = self.update(s)
+        r["loss"] = loss
+        return r
+
+    def update(self, s):
+        """Clip the gradients in .grad and take AdamW step s (1-based) with
+        lr_at(s).  Returns dict(step, lr, grad_norm, clipped)."""
+        plist = self.plist()
+        if self.hp.clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(plist, self.hp.clip)
+        else:
+            norm = grad_norm(plist)
+        norm = float(norm)
+        lr = self.hp.lr_at(s)
+        for g in self.opt.param_groups:
+            g["lr"] = float(lr)
+        self.opt.step()
+        return {"step": s, "lr": lr, "grad_norm": norm,
+                "clipped": self.hp.clip > 0 and norm > self.hp.clip}
+
+    def set_grads(self, grads):
+        """Use the arrays grads {name: array} as the gradients."""
+        for n in self.names:
+            self.params[n].grad = torch.tensor(np.asarray(grads[n]),
+                                               dtype=self.params[n].dtype)
+
+    def weights(self):
+        return {n: self.params[n].detach().cpu().numpy() for n in self.names}
+
+    def moments(self):
+        """{'adamw.m/NAME': m, 'adamw.v/NAME': v} after at least one step."""
+        out = {}
+        for n in self.names:
+            st = self.opt.state.get(self.params[n], {})
+            if "exp_avg" in st:
+                out["adamw.m/" + n] = st["exp_avg"].numpy()
+                out["adamw.v/" + n] = st["exp_avg_sq"].numpy()
+        return out
+
+
+def set_deterministic(threads):
+    torch.set_num_threads(max(1, threads))
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(0)
+
+
+# ---- commands ------------------------------------------------------------------
+
+def add_hyper_args(ap):
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--min-lr", type=float, default=None)
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--grad-accum", type=int, default=1)
+    ap.add_argument("--steps", type=int, required=True)
+
+
+def hyper_from_args(a):
+    return Hyper(lr=a.lr, min_lr=a.min_lr, warmup=a.warmup,
+                 weight_decay=a.weight_decay, beta1=a.beta1, beta2=a.beta2,
+                 eps=a.eps, clip=a.clip, steps=a.steps,
+                 grad_accum=a.grad_accum)
+
+
+def cmd_train(a):
+    """Train from a flow checkpoint on flow's dumped batches; print TSV."""
+    set_deterministic(a.threads)
+    man, weights = read_checkpoint(a.ckpt)
+    cfg = parse_spec(a.model or man["state"].get("model", ""))
+    hp = hyper_from_args(a)
+    batches = read_batches(a.batches, a.steps, a.grad_accum, a.batch,
+                           a.seq_len)
+    tr = Trainer(cfg, weights, hp)
+    print("step\tphase\tloss\tlr\tgrad_norm")
+    for s in range(a.steps):
+        r = tr.step([(mb[0], mb[1]) for mb in batches[s]])
+        print(f"{r['step']}\ttrain\t{r['loss']:.9g}\t{r['lr']:.9g}\t"
+              f"{r['grad_norm']:.9g}")
+    return 0
+
+
+def cmd_bench(a):
+    """Time training steps of a freshly initialised model on random tokens:
+    one line per step 'step<TAB>ms', then '# median_ms X' over the steps
+    after --warmup-steps."""
+    set_deterministic(a.threads)
+    cfg = parse_spec(a.model)
+    hp = Hyper(steps=a.steps + a.warmup_steps, grad_accum=1)
+    t0 = time.perf_counter()
+    tr = Trainer(cfg, gpt2_init(cfg, a.seed), hp)
+    print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"model {a.model}, B {a.batch}, T {a.seq_len}, init "
+          f"{(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
+    g = torch.Generator()
+    g.manual_seed(a.seed)
+    times = []
+    print("step\tms", flush=True)
+    for s in range(1, a.steps + a.warmup_steps + 1):
+        toks = torch.randint(0, cfg["vocab"], (a.batch, a.seq_len + 1),
+                             generator=g)
+        t0 = time.perf_counter()
+        tr.step([(toks[:, :-1], toks[:, 1:])])
+        ms = (time.perf_counter() - t0) * 1e3
+        print(f"{s}\t{ms:.3f}", flush=True)
+        if s > a.warmup_steps:
+            times.append(ms)
+    print(f"# median_ms {float(np.median(times)):.3f}")
+    return 0
+
+
+def cmd_selftest(a):
+    """Checks of this module on its own (no flow-train needed)."""
+    import tempfile
+    set_deterministic(a.threads)
+    fails = []
+
+    def check(ok, what):
+        print(("ok    " if ok else "FAIL  ") + what)
+        if not ok:
+            fails.append(what)
+
+    # Specs.
+    c = parse_spec("gpt2-124m")
+    check((c["layers"], c["dim"], c["vocab"], c["vp"], c["seq"]) ==
+          (12, 768, 50257, 50304, 1024), "gpt2-124m preset, Vp 50304")
+    n124 = sum(int(np.prod(s)) for _, s in param_shapes(c))
+    check(n124 == 124475904, f"gpt2-124m has {n124} parameters with the "
+          "padded wte rows (llm.c: 124475904)")
+    c = parse_spec("gpt2-124m:seq=256")
+    check(c["seq"] == 256, "preset override")
+    cfg = parse_spec("gpt:layers=2,heads=2,dim=64,vocab=200,seq=64")
+    check(cfg["vp"] == 256, "vocab 200 pads to 256")
+
+    # LR schedule.
+    hp = Hyper(lr=1e-3, warmup=4, steps=20)
+    lrs = [hp.lr_at(s) for s in range(1, 21)]
+    check(lrs[0] == np.float32(2.5e-4) and lrs[3] == np.float32(1e-3),
+          "warmup is linear and reaches lr")
+    check(lrs[-1] == np.float32(1e-4), "cosine reaches min_lr at the last "
+          "step")
+    check(all(x >= y for x, y in zip(lrs[3:], lrs[4:])), "cosine decreases")
+    check(Hyper(lr=3e-4, min_lr=3e-4, steps=9).lr_at(5) == np.float32(3e-4),
+          "warmup 0 and min_lr == lr give a constant rate")
+
+    # Loss at initialisation is about ln(V); padding is masked.
+    w = gpt2_init(cfg, 1)
+    tr = Trainer(cfg, w, Hyper(steps=3, grad_accum=2))
+    g = torch.Generator()
+    g.manual_seed(5)
+    toks = torch.randint(0, cfg["vocab"], (2, 4, 33), generator=g)
+    mbs = [(t[:, :-1], t[:, 1:]) for t in toks]
+    with torch.no_grad():
+        logits, loss0 = gpt_forward(tr.params, cfg, *mbs[0])
+    check(abs(loss0.item() - math.log(cfg["vocab"])) < 0.05,
+          f"loss at init {loss0.item():.4f} ~ ln(V) = "
+          f"{math.log(cfg['vocab']):.4f}")
+    check(logits.shape[-1] == 256, "logits span Vp columns")
+    # Padding columns must not change the loss: set them to large values.
+    p2 = dict(tr.params)
+    wte = tr.params["wte"].detach().clone()
+    wte[cfg["vocab"]:] = 5.0
+    p2["wte"] = wte
+    with torch.no_grad():
+        _, loss_pad = gpt_forward(p2, cfg, *mbs[0])
+    check(loss_pad.item() == loss0.item(), "padded columns are masked out "
+          "of the loss")
+
+    # The model against an independent float64 formulation (explicit
+    # layernorm, softmax and log-sum-exp).
+    def manual_loss(p, idx, tgt):
+        d = {k: v.double() for k, v in p.items()}
+        B, T = idx.shape
+        C, NH, V = cfg["dim"], cfg["heads"], cfg["vocab"]
+        hs = C // NH
+
+        def ln(x, wgt, b):
+            mu = x.mean(-1, keepdim=True)
+            var = ((x - mu) ** 2).mean(-1, keepdim=True)
+            return (x - mu) / torch.sqrt(var + 1e-5) * wgt + b
+
+        x = d["wte"][idx] + d["wpe"][:T]
+        for i in range(cfg["layers"]):
+            h = f"h.{i}."
+            a_ = ln(x, d[h + "ln_1.weight"], d[h + "ln_1.bias"])
+            qkv = a_ @ d[h + "attn.c_attn.weight"].T + d[h + "attn.c_attn.bias"]
+            y = torch.zeros(B, T, C, dtype=torch.float64)
+            for hd in range(NH):
+                q = qkv[..., hd * hs:(hd + 1) * hs]
+                k = qkv[..., C + hd * hs:C + (hd + 1) * hs]
+                v = qkv[..., 2 * C + hd * hs:2 * C + (hd + 1) * hs]
+                s_ = q @ k.transpose(1, 2) / math.sqrt(hs)
+                s_ = s_ + torch.triu(torch.full((T, T), -1e30,
+                                                dtype=torch.float64), 1)
+                e = torch.exp(s_ - s_.max(-1, keepdim=True).values)
+                y[..., hd * hs:(hd + 1) * hs] = (e / e.sum(-1, keepdim=True)) @ v
+            x = x + y @ d[h + "attn.c_proj.weight"].T + d[h + "attn.c_proj.bias"]
+            m = ln(x, d[h + "ln_2.weight"], d[h + "ln_2.bias"])
+            m = m @ d[h + "mlp.c_fc.weight"].T + d[h + "mlp.c_fc.bias"]
+            m = 0.5 * m * (1 + torch.tanh(math.sqrt(2 / math.pi) *
+                                          (m + 0.044715 * m ** 3)))
+            x = x + m @ d[h + "mlp.c_proj.weight"].T + d[h + "mlp.c_proj.bias"]
+        x = ln(x, d["ln_f.weight"], d["ln_f.bias"])
+        z = (x @ d["wte"].T)[..., :V]
+        lse = torch.logsumexp(z, -1)
+        zt = z.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+        return (lse - zt).mean()
+
+    # Random (not init-like) weights so every term matters.
+    g2 = torch.Generator()
+    g2.manual_seed(9)
+    wr = {n: (torch.randn(s, generator=g2) * 0.3).numpy()
+          for n, s in param_shapes(cfg)}
+    trr = Trainer(cfg, wr, Hyper(steps=1))
+    with torch.no_grad():
+        _, l32 = gpt_forward(trr.params, cfg, *mbs[0])
+        l64 = manual_loss(trr.params, *mbs[0])
+    check(abs(l32.item() - l64.item()) <= 1e-5 * abs(l64.item()),
+          f"loss {l32.item():.7f} equals an independent float64 formulation "
+          f"{l64.item():.7f}")
+
+    # One step: gradient accumulation, clipping, AdamW with two groups,
+    # against hand-written formulas in float64.
+    hp = Hyper(lr=1e-2, warmup=0, steps=3, grad_accum=2, clip=0.05,
+               weight_decay=0.1)
+    tr32 = Trainer(cfg, w, hp)
+    w64 = {n: torch.tensor(w[n], dtype=torch.float64, requires_grad=True)
+           for n in tr32.names}
+    full = torch.cat([toks[0], toks[1]], 0)
+    grads = {}
+
+    def grab(t):
+        for n in t.names:
+            grads[n] = t.params[n].grad.clone()
+    r = tr32.step(mbs, on_grads=grab)
+    # The gradient of the mean of two micro-batch means equals that of the
+    # mean over their union (equal sizes).
+    _, l64 = gpt_forward(w64, cfg, full[:, :-1], full[:, 1:])
+    l64.backward()
+    worst = max(float((grads[n].double() - w64[n].grad).abs().max() /
+                      (w64[n].grad.abs().max() + 1e-30)) for n in tr32.names)
+    check(worst < 1e-4, f"accumulated float32 gradients match float64 over "
+          f"the whole batch (worst relative to the tensor max: {worst:.2e})")
+    check(abs(r["loss"] - l64.item()) < 1e-5 * l64.item(), "step loss is "
+          "the mean of the micro-batch losses")
+    norm64 = math.sqrt(sum(float((w64[n].grad ** 2).sum())
+                           for n in tr32.names))
+    check(abs(r["grad_norm"] - norm64) < 1e-5 * norm64, f"grad_norm "
+          f"{r['grad_norm']:.6g} = float64 {norm64:.6g}")
+    check(r["clipped"], "clip 0.05 clips")
+    coef = min(1.0, hp.clip / (norm64 + 1e-6))
+    lr = float(hp.lr_at(1))
+    worst = 0.0
+    for n in tr32.names:
+        p0 = torch.tensor(w[n], dtype=torch.float64)
+        gr = w64[n].grad * coef
+        m = (1 - hp.beta1) * gr
+        v = (1 - hp.beta2) * gr * gr
+        mhat = m / (1 - hp.beta1)
+        vhat = v / (1 - hp.beta2)
+        wd = hp.weight_decay if p0.dim() >= 2 else 0.0
+        p1 = p0 * (1 - lr * wd) - lr * mhat / (vhat.sqrt() + hp.eps)
+        got = tr32.params[n].detach().double()
+        # Elements whose gradient is ~0 can move by up to lr from float32
+        # noise in Adam's m/sqrt(v): compare relative to lr.
+        worst = max(worst, float((got - p1).abs().max()) / lr)
+    check(worst < 0.05, f"AdamW step with two groups matches the formula "
+          f"(worst |dw| / lr = {worst:.2e})")
+    nodecay = [n for n in tr32.names if tr32.params[n].dim() < 2]
+    check(all(n.endswith(("bias", "ln_1.weight", "ln_2.weight",
+                          "ln_f.weight")) for n in nodecay) and
+          len(nodecay) == 2 + 8 * cfg["layers"],
+          "biases and layernorm parameters are the no-decay group")
+    mom = tr32.moments()
+    check(len(mom) == 2 * len(tr32.names), "moments for every parameter")
+
+    # Checkpoint round trip with checksums.
+    with tempfile.TemporaryDirectory() as d:
+        sd = os.path.join(d, "step-00000003")
+        arrays = dict(tr32.weights())
+        arrays.update(mom)
+        write_checkpoint(sd, 3, arrays, [("model", "gpt:x"), ("seed", "1")])
+        man, back = read_checkpoint(sd)
+        check(man["step"] == 3 and man["state"]["seed"] == "1",
+              "checkpoint step and state lines")
+        check(all(np.array_equal(back[n], arrays[n]) for n in arrays),
+              f"checkpoint round trip of {len(arrays)} tensors")
+        if xxh3_lib() is not None:
+            check(man["checksum_verified"], "manifest checksum verified")
+            with open(os.path.join(sd, "rank-00000.bin"), "r+b") as f:
+                f.seek(100)
+                b = f.read(1)
+                f.seek(100)
+                f.write(bytes([b[0] ^ 1]))
+            try:
+                read_checkpoint(sd)
+                check(False, "a flipped data byte is caught")
+            except CheckpointError as e:
+                check("checksum" in str(e), f"a flipped data byte is caught: "
+                      f"{e}")
+        else:
+            print("skip  libxxhash not loadable: checksums not verified")
+        with open(os.path.join(sd, "manifest"), "rb") as f:
+            text = f.read()
+        with open(os.path.join(sd, "manifest"), "wb") as f:
+            f.write(text[:text.rindex(b"end ")])
+        try:
+            read_manifest(sd)
+            check(False, "a manifest without its end line is refused")
+        except CheckpointError as e:
+            check(True, f"a manifest without its end line is refused: {e}")
+
+    # Batches file and TSV.
+    with tempfile.TemporaryDirectory() as d:
+        arr = np.arange(3 * 2 * 2 * 4 * 5, dtype="<i4")
+        arr.tofile(os.path.join(d, "b"))
+        bb = read_batches(os.path.join(d, "b"), 3, 2, 4, 5)
+        check(bb[1, 1, 0, 0, 0] == (1 * 2 + 1) * 40 and
+              bb[2, 0, 1, 3, 4] == (2 * 2 + 0) * 40 + 20 + 19,
+              "batch file order: step, micro-batch, inputs then targets")
+    pre, rows = read_flow_tsv("# flow\nstep\tphase\tloss\tlr\tgrad_norm\tms\n"
+                              "1\ttrain\t5.5\t0.001\t1.25\t3\n"
+                              "1\tval\t5.6\t-\t-\t-\n")
+    check(len(pre) == 1 and rows[0]["loss"] == 5.5 and rows[1]["lr"] == "-",
+          "flow TSV parsing")
+    print(f"{'FAIL' if fails else 'PASS'}: {len(fails)} of the self-test "
+          f"checks failed" if fails else "PASS: self-test")
+    return 1 if fails else 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="torch_gpt.py",
+        description="PyTorch reference of flow-train's GPT-2 training.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--threads", type=int, default=1,
+                        help="torch.set_num_threads (default 1)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("selftest", help=cmd_selftest.__doc__, parents=[common])
+    t = sub.add_parser("train", help=cmd_train.__doc__, parents=[common])
+    t.add_argument("--ckpt", required=True, help="flow checkpoint step dir")
+    t.add_argument("--batches", required=True, help="--dump-batches file")
+    t.add_argument("--model", help="model spec (default: the checkpoint's "
+                   "'state model' line)")
+    t.add_argument("--batch", type=int, required=True)
+    t.add_argument("--seq-len", type=int, required=True)
+    add_hyper_args(t)
+    b = sub.add_parser("bench", help=cmd_bench.__doc__, parents=[common])
+    b.add_argument("--model", required=True)
+    b.add_argument("--batch", type=int, required=True)
+    b.add_argument("--seq-len", type=int, required=True)
+    b.add_argument("--steps", type=int, default=5)
+    b.add_argument("--warmup-steps", type=int, default=1)
+    b.add_argument("--seed", type=int, default=1337)
+    a = ap.parse_args(argv)
+    return {"selftest": cmd_selftest, "train": cmd_train,
+            "bench": cmd_bench}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

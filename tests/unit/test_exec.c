@@ -1,0 +1,668 @@
+/* The executor: the CPU kernel set agrees with the reference set on a small
+ * GPT-like graph; activation gradients are cleared before each backward
+ * pass while parameter gradients accumulate; the loss and its scale;
+ * parameter initialisation (Philox by logical index, padded rows zero);
+ * storage; the profile. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flow/exec.h>
+#include <flow/graph.h>
+#include <flow/ops.h>
+#include <flow/rng.h>
+
+/* ---- tolerance (CPU against reference) ----------------------------------------
+ * The reference kernels round each result once from double; the CPU ones
+ * compute in float (BLAS GEMMs, float softmax, tanh and exp to ~1 ulp).
+ * Over the dozen ops of one layer, relative float error grows to a few
+ * 1e-6 of the terms summed, so RTOL = 1e-4 on values of size ~1; the
+ * gradients are sums of terms of size ~1e-3 that cancel (|ref| can be far
+ * below its terms), hence an ATOL of 1e-6, ~1e-3 of the largest gradient.
+ * Measured with FLOW_TEST_VERBOSE=1: worst 0.05 of the tolerance. */
+#define RTOL 1e-4
+#define ATOL 1e-6
+
+#define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
+#define NDIM(...) ((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)))
+
+static int must(int r, const flow_diag_t *diag)
+{
+	if (r < 0)
+		fail_msg("%s", flow_diag_message(diag));
+	return r;
+}
+
+static int tensor(flow_graph_t *g, const char *name, flow_role_t role,
+		  flow_dtype_t dtype, int ndim, const int64_t *dims,
+		  flow_init_t init)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	int t = must(flow_graph_add_tensor(g, name, role, dtype, ndim, dims,
+					   &diag),
+		     &diag);
+
+	if (role == FLOW_ROLE_PARAM)
+		g->tensors[t].init = init;
+	return t;
+}
+
+static const flow_init_t ZEROS = { FLOW_INIT_ZEROS, 0, 0 };
+static const flow_init_t ONES = { FLOW_INIT_ONES, 0, 0 };
+static const flow_init_t NORMAL = { FLOW_INIT_NORMAL, 0.1f, 0 };
+
+#define PARAM(g, name, init, ...)                                          \
+	tensor(g, name, FLOW_ROLE_PARAM, FLOW_DTYPE_F32, NDIM(__VA_ARGS__), \
+	       DIMS(__VA_ARGS__), init)
+#define IDS(g, name, ...)                                                  \
+	tensor(g, name, FLOW_ROLE_INPUT, FLOW_DTYPE_I32, NDIM(__VA_ARGS__), \
+	       DIMS(__VA_ARGS__), ZEROS)
+
+static int op(flow_graph_t *g, flow_op_kind_t kind, const char *name,
+	      const int *in, int nin, uint32_t heads, uint32_t vocab)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_op_attrs_t attrs = { .heads = heads, .vocab = vocab };
+	int i = must(flow_graph_add_op(g, kind, name, in, nin, &attrs, &diag),
+		     &diag);
+
+	return g->ops[i].out[0];
+}
+
+#define OP(g, kind, name, ...)                                             \
+	op(g, kind, name, (const int[]){ __VA_ARGS__ },                    \
+	   (int)(sizeof((int[]){ __VA_ARGS__ }) / sizeof(int)), 0, 0)
+
+/* ---- a one-block GPT ------------------------------------------------------------ */
+
+enum { B = 2, T = 8, C = 32, NH = 4, V = 50, VP = 64 };
+
+static int linear(flow_graph_t *g, const char *scope, int x, int out, int in)
+{
+	char w[64], b[64];
+
+	snprintf(w, sizeof(w), "%s.weight", scope);
+	snprintf(b, sizeof(b), "%s.bias", scope);
+	return OP(g, FLOW_OP_MATMUL, scope, x, PARAM(g, w, NORMAL, out, in),
+		  PARAM(g, b, NORMAL, out));
+}
+
+static int layernorm(flow_graph_t *g, const char *scope, int x)
+{
+	char w[64], b[64];
+
+	snprintf(w, sizeof(w), "%s.weight", scope);
+	snprintf(b, sizeof(b), "%s.bias", scope);
+	return OP(g, FLOW_OP_LAYERNORM, scope, x, PARAM(g, w, ONES, C),
+		  PARAM(g, b, ZEROS, C));
+}
+
+/* Embedding (wte tied with the head, padded rows), one pre-LN block,
+ * ln_f, head, loss; differentiated when backward. */
+static void gpt_build(flow_graph_t *g, bool backward)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+
+	flow_graph_init(g);
+	int tok = IDS(g, "tokens", B, T);
+	int tgt = IDS(g, "targets", B, T);
+	flow_init_t wte_init = { FLOW_INIT_NORMAL, 0.1f, V };
+	int wte = PARAM(g, "wte", wte_init, VP, C);
+	int wpe = PARAM(g, "wpe", NORMAL, T, C);
+	int x = OP(g, FLOW_OP_EMBEDDING, "embed", tok, wte, wpe);
+	int h = layernorm(g, "ln_1", x);
+	h = linear(g, "c_attn", h, 3 * C, C);
+	h = op(g, FLOW_OP_ATTENTION, "attn", &h, 1, NH, 0);
+	h = linear(g, "attn.c_proj", h, C, C);
+	x = OP(g, FLOW_OP_ADD, "residual_1", x, h);
+	h = layernorm(g, "ln_2", x);
+	h = linear(g, "c_fc", h, 4 * C, C);
+	h = OP(g, FLOW_OP_GELU, "gelu", h);
+	h = linear(g, "mlp.c_proj", h, C, 4 * C);
+	x = OP(g, FLOW_OP_ADD, "residual_2", x, h);
+	x = layernorm(g, "ln_f", x);
+	int logits = OP(g, FLOW_OP_MATMUL, "lm_head", x, wte, -1);
+	int losses = op(g, FLOW_OP_CROSS_ENTROPY, "loss",
+			(const int[]){ logits, tgt }, 2, 0, V);
+	must(flow_graph_set_loss(g, losses, &diag), &diag);
+	if (backward)
+		must(flow_graph_backward(g, &diag), &diag);
+}
+
+static flow_exec_t *exec_new(const flow_graph_t *g, flow_kernel_set_t k)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_exec_t *x = NULL;
+
+	if (flow_exec_new(g, k, &x, &diag) != FLOW_OK)
+		fail_msg("%s", flow_diag_message(&diag));
+	return x;
+}
+
+/* Parameters from seed 1234, the same pseudo-random tokens and targets
+ * (one target ignored). */
+static void exec_feed(flow_exec_t *x)
+{
+	const flow_graph_t *g = flow_exec_graph(x);
+	int32_t *tok = flow_exec_tensor(x, flow_graph_find(g, "tokens"));
+	int32_t *tgt = flow_exec_tensor(x, flow_graph_find(g, "targets"));
+
+	flow_exec_init_params(x, 1234);
+	for (int i = 0; i < B * T; i++) {
+		tok[i] = (i * 17 + 3) % V;
+		tgt[i] = (i * 29 + 11) % V;
+	}
+	tgt[5] = -1;
+}
+
+static double exec_step(flow_exec_t *x)
+{
+	double loss = flow_exec_forward(x);
+
+	flow_exec_backward(x);
+	return loss;
+}
+
+static bool transient(flow_role_t role)
+{
+	return role == FLOW_ROLE_ACTIVATION || role == FLOW_ROLE_SAVED ||
+	       role == FLOW_ROLE_GRAD;
+}
+
+/* ---- kernel sets --------------------------------------------------------------- */
+
+static void test_exec_cpu_matches_reference(void **state)
+{
+	flow_graph_t g;
+	double worst = 0.0;
+
+	(void)state;
+	gpt_build(&g, true);
+	flow_exec_t *cpu = exec_new(&g, FLOW_KERNELS_CPU);
+	flow_exec_t *ref = exec_new(&g, FLOW_KERNELS_REF);
+	exec_feed(cpu);
+	exec_feed(ref);
+	double lc = exec_step(cpu), lr = exec_step(ref);
+	assert_true(fabs(lc - lr) <= RTOL * lr);
+	/* Near-uniform logits over V = 50: about ln 50 = 3.9 (one of the 16
+	 * targets is ignored and counts 0). */
+	assert_true(lr > 3.0 && lr < 5.0);
+
+	for (size_t t = 0; t < g.ntensors; t++) {
+		flow_role_t role = g.tensors[t].role;
+		/* The param grads, and the losses (live to the end). */
+		if (role != FLOW_ROLE_PARAM_GRAD && (int)t != g.loss)
+			continue;
+		const float *a = flow_exec_tensor(cpu, (int)t);
+		const float *b = flow_exec_tensor(ref, (int)t);
+		size_t n = flow_graph_tensor_numel(&g, (int)t);
+		bool nonzero = false;
+		for (size_t i = 0; i < n; i++) {
+			double err = fabs((double)a[i] - (double)b[i]);
+			double lim = ATOL + RTOL * fabs((double)b[i]);
+			if (err / lim > worst)
+				worst = err / lim;
+			if (!(err <= lim))
+				fail_msg("%s[%zu]: cpu %.9g, ref %.9g",
+					 g.tensors[t].name, i, (double)a[i],
+					 (double)b[i]);
+			nonzero = nonzero || b[i] != 0.0f;
+		}
+		assert_true(nonzero); /* every parameter gets a gradient */
+	}
+	if (getenv("FLOW_TEST_VERBOSE"))
+		print_message("cpu vs ref: worst error %.3g of the tolerance\n",
+			      worst);
+	flow_exec_free(cpu);
+	flow_exec_free(ref);
+	flow_graph_release(&g);
+}
+
+/* ---- gradients across steps ------------------------------------------------------ */
+
+/* Copies of every parameter gradient, one buffer. */
+static float *param_grads_copy(flow_exec_t *x)
+{
+	const flow_graph_t *g = flow_exec_graph(x);
+	size_t total = 0, at = 0;
+
+	for (size_t t = 0; t < g->ntensors; t++)
+		if (g->tensors[t].role == FLOW_ROLE_PARAM_GRAD)
+			total += flow_graph_tensor_numel(g, (int)t);
+	float *copy = malloc(total * sizeof(float));
+	assert_non_null(copy);
+	for (size_t t = 0; t < g->ntensors; t++) {
+		if (g->tensors[t].role != FLOW_ROLE_PARAM_GRAD)
+			continue;
+		size_t n = flow_graph_tensor_numel(g, (int)t);
+		memcpy(copy + at, flow_exec_tensor(x, (int)t), n * sizeof(float));
+		at += n;
+	}
+	return copy;
+}
+
+static size_t param_grads_count(const flow_graph_t *g)
+{
+	size_t total = 0;
+
+	for (size_t t = 0; t < g->ntensors; t++)
+		if (g->tensors[t].role == FLOW_ROLE_PARAM_GRAD)
+			total += flow_graph_tensor_numel(g, (int)t);
+	return total;
+}
+
+static void test_exec_backward_clears_activation_gradients(void **state)
+{
+	flow_graph_t g;
+
+	(void)state;
+	gpt_build(&g, true);
+	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_CPU);
+	exec_feed(x);
+	/* The embedding's gradient is read by the last op, so it is still
+	 * intact when the pass ends. */
+	int dx = g.tensors[flow_graph_find(&g, "embed.out")].grad;
+	assert_int_equal(g.ops[g.nops - 1].in[0], dx);
+	size_t ndx = flow_graph_tensor_numel(&g, dx);
+
+	flow_exec_zero_param_grads(x);
+	double l1 = exec_step(x);
+	float *g1 = param_grads_copy(x);
+	float *dx1 = malloc(ndx * sizeof(float));
+	assert_non_null(dx1);
+	memcpy(dx1, flow_exec_tensor(x, dx), ndx * sizeof(float));
+
+	/* Garbage in every transient byte: a gradient not cleared before its
+	 * first accumulation would carry it into the second pass. */
+	for (size_t t = 0; t < g.ntensors; t++) {
+		if (!transient(g.tensors[t].role))
+			continue;
+		float *p = flow_exec_tensor(x, (int)t);
+		for (size_t i = 0; i < flow_graph_tensor_numel(&g, (int)t); i++)
+			p[i] = 1e30f;
+	}
+	flow_exec_zero_param_grads(x);
+	double l2 = exec_step(x);
+	float *g2 = param_grads_copy(x);
+	assert_true(l1 == l2);
+	assert_memory_equal(g1, g2, param_grads_count(&g) * sizeof(float));
+	assert_memory_equal(dx1, flow_exec_tensor(x, dx), ndx * sizeof(float));
+	free(g1);
+	free(g2);
+	free(dx1);
+	flow_exec_free(x);
+	flow_graph_release(&g);
+}
+
+static void test_exec_param_grads_accumulate_across_passes(void **state)
+{
+	flow_graph_t g;
+
+	(void)state;
+	gpt_build(&g, true);
+	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_REF);
+	exec_feed(x);
+	flow_exec_zero_param_grads(x);
+	(void)exec_step(x);
+	float *g1 = param_grads_copy(x);
+	(void)exec_step(x); /* no zeroing: micro-batches accumulate */
+	float *g2 = param_grads_copy(x);
+	size_t n = param_grads_count(&g);
+	double big = 0.0;
+	for (size_t i = 0; i < n; i++)
+		big = fmax(big, fabs((double)g1[i]));
+	/* 2 g1 to float rounding: each pass adds its (double) sum to the
+	 * buffer and rounds, a few ulps of the largest gradient. */
+	for (size_t i = 0; i < n; i++)
+		if (!(fabs((double)g2[i] - 2.0 * g1[i]) <=
+		      0x1p-20 * big + 0x1p-22 * fabs((double)g1[i])))
+			fail_msg("grad %zu: %.9g after two passes, %.9g after "
+				 "one",
+				 i, (double)g2[i], (double)g1[i]);
+	flow_exec_zero_param_grads(x);
+	float *g0 = param_grads_copy(x);
+	for (size_t i = 0; i < n; i++)
+		assert_true(g0[i] == 0.0f);
+	free(g0);
+	free(g1);
+	free(g2);
+	flow_exec_free(x);
+	flow_graph_release(&g);
+}
+
+/* ---- the loss ------------------------------------------------------------------ */
+
+static void test_exec_loss_is_the_mean_and_its_scale_scales_gradients(
+	void **state)
+{
+	flow_graph_t g;
+
+	(void)state;
+	gpt_build(&g, true);
+	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_REF);
+	size_t n = param_grads_count(&g);
+
+	/* Parameters all zero (no init): uniform logits, loss ln V. */
+	int32_t *tgt = flow_exec_tensor(x, flow_graph_find(&g, "targets"));
+	for (int i = 0; i < B * T; i++)
+		tgt[i] = i % V;
+	assert_true(fabs(flow_exec_forward(x) - log((double)V)) <= 1e-6);
+
+	exec_feed(x); /* one target ignored: its loss is 0 */
+	double loss = flow_exec_forward(x);
+	const float *losses = flow_exec_tensor(x, g.loss);
+	double sum = 0.0;
+	for (int i = 0; i < B * T; i++)
+		sum += losses[i];
+	assert_true(losses[5] == 0.0f);
+	assert_true(loss == sum / (B * T));
+
+	/* Default scale 1 / tokens; doubling it doubles every gradient
+	 * exactly (the reference rounds once, and x2 is exact). */
+	flow_exec_zero_param_grads(x);
+	(void)exec_step(x);
+	float *g1 = param_grads_copy(x);
+	flow_exec_set_loss_scale(x, 2.0f / (B * T));
+	flow_exec_zero_param_grads(x);
+	(void)exec_step(x);
+	float *g2 = param_grads_copy(x);
+	for (size_t i = 0; i < n; i++)
+		assert_true(g2[i] == 2.0f * g1[i]);
+	free(g1);
+	free(g2);
+	flow_exec_free(x);
+	flow_graph_release(&g);
+}
+
+/* ---- initialisation -------------------------------------------------------------- */
+
+static void test_exec_init_draws_philox_by_logical_index(void **state)
+{
+	flow_graph_t g;
+	const uint64_t seed = 77;
+
+	(void)state;
+	flow_graph_init(&g);
+	flow_init_t normal = { FLOW_INIT_NORMAL, 0.5f, 0 };
+	flow_init_t rows = { FLOW_INIT_NORMAL, 0.25f, 5 };
+	flow_init_t ones_rows = { FLOW_INIT_ONES, 0, 3 };
+	flow_init_t none = { FLOW_INIT_NONE, 0, 0 };
+	int w = PARAM(&g, "h.0.attn.c_attn.weight", normal, 5, 6);
+	int e = PARAM(&g, "wte", rows, 8, 3);
+	int o = PARAM(&g, "ln.weight", ones_rows, 4, 2);
+	int z = PARAM(&g, "ln.bias", ZEROS, 7);
+	int n = PARAM(&g, "other", none, 3);
+	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_CPU);
+
+	/* Zero until initialised. */
+	const float *pw = flow_exec_tensor(x, w);
+	for (int i = 0; i < 30; i++)
+		assert_true(pw[i] == 0.0f);
+	/* Overwrites whatever was there. */
+	float *pz = flow_exec_tensor(x, z), *pn = flow_exec_tensor(x, n);
+	for (int i = 0; i < 7; i++)
+		pz[i] = 5.0f;
+	for (int i = 0; i < 3; i++)
+		pn[i] = 5.0f;
+	flow_exec_init_params(x, seed);
+
+	uint64_t sw = flow_rng_stream_id("h.0.attn.c_attn.weight");
+	for (int i = 0; i < 30; i++)
+		assert_true(pw[i] == flow_rng_normal(seed, sw, (uint64_t)i) * 0.5f);
+	/* Padded rows: the first 5 rows are drawn, element i still from
+	 * index i; the rest are zero. */
+	const float *pe = flow_exec_tensor(x, e);
+	uint64_t se = flow_rng_stream_id("wte");
+	for (int i = 0; i < 24; i++)
+		assert_true(pe[i] == (i < 15 ? flow_rng_normal(seed, se,
+							       (uint64_t)i) *
+						       0.25f :
+					       0.0f));
+	const float *po = flow_exec_tensor(x, o);
+	for (int i = 0; i < 8; i++)
+		assert_true(po[i] == (i < 6 ? 1.0f : 0.0f));
+	for (int i = 0; i < 7; i++)
+		assert_true(pz[i] == 0.0f);
+	for (int i = 0; i < 3; i++)
+		assert_true(pn[i] == 0.0f);
+	flow_exec_free(x);
+	flow_graph_release(&g);
+}
+
+static void test_exec_init_depends_on_names_and_seed_only(void **state)
+{
+	flow_graph_t g1, g2;
+	flow_init_t normal = { FLOW_INIT_NORMAL, 0.02f, 0 };
+
+	(void)state;
+	flow_graph_init(&g1);
+	flow_graph_init(&g2);
+	int a1 = PARAM(&g1, "a", normal, 10, 10);
+	int b1 = PARAM(&g1, "b", normal, 300);
+	int b2 = PARAM(&g2, "b", normal, 300); /* other order, other set */
+	int a2 = PARAM(&g2, "a", normal, 10, 10);
+	flow_exec_t *x1 = exec_new(&g1, FLOW_KERNELS_CPU);
+	flow_exec_t *x2 = exec_new(&g2, FLOW_KERNELS_REF);
+	flow_exec_init_params(x1, 5);
+	flow_exec_init_params(x2, 5);
+	assert_memory_equal(flow_exec_tensor(x1, a1), flow_exec_tensor(x2, a2),
+			    100 * sizeof(float));
+	assert_memory_equal(flow_exec_tensor(x1, b1), flow_exec_tensor(x2, b2),
+			    300 * sizeof(float));
+	/* Distinct names, distinct streams; another seed, other values. */
+	assert_memory_not_equal(flow_exec_tensor(x1, a1),
+				flow_exec_tensor(x1, b1), 100 * sizeof(float));
+	flow_exec_init_params(x2, 6);
+	assert_memory_not_equal(flow_exec_tensor(x1, a1),
+				flow_exec_tensor(x2, a2), 100 * sizeof(float));
+	flow_exec_free(x1);
+	flow_exec_free(x2);
+	flow_graph_release(&g1);
+	flow_graph_release(&g2);
+}
+
+/* ---- storage ----------------------------------------------------------------------- */
+
+static void test_exec_storage_is_aligned_and_grads_mirror_params(void **state)
+{
+	flow_graph_t g;
+
+	(void)state;
+	gpt_build(&g, true);
+	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_CPU);
+	const flow_memplan_t *plan = flow_exec_memplan(x);
+	char *first_param = NULL, *first_grad = NULL, *prev = NULL;
+
+	assert_ptr_equal(flow_exec_graph(x), &g);
+	assert_int_equal(plan->ntensors, g.ntensors);
+	assert_true(plan->arena_bytes > 0 &&
+		    plan->arena_bytes < plan->unshared_bytes);
+	assert_null(flow_exec_tensor(x, -1));
+	assert_null(flow_exec_tensor(x, (int)g.ntensors));
+	for (size_t t = 0; t < g.ntensors; t++) {
+		const flow_graph_tensor_t *p = &g.tensors[t];
+		char *ptr = flow_exec_tensor(x, (int)t);
+		assert_non_null(ptr);
+		assert_int_equal((uintptr_t)ptr % 64, 0);
+		if (p->alias_of >= 0)
+			assert_ptr_equal(ptr, flow_exec_tensor(x, p->alias_of));
+		if (p->role != FLOW_ROLE_PARAM)
+			continue;
+		/* One block, graph order; the gradient block has the same
+		 * layout. */
+		char *grad = flow_exec_tensor(x, p->grad);
+		if (!first_param) {
+			first_param = ptr;
+			first_grad = grad;
+		}
+		assert_true(!prev || ptr > prev);
+		prev = ptr;
+		assert_int_equal(ptr - first_param, grad - first_grad);
+	}
+	flow_exec_free(x);
+	flow_graph_release(&g);
+}
+
+static void test_exec_runs_a_forward_only_graph(void **state)
+{
+	flow_graph_t g;
+
+	(void)state;
+	gpt_build(&g, false);
+	flow_exec_t *ref = exec_new(&g, FLOW_KERNELS_REF);
+	flow_exec_t *cpu = exec_new(&g, FLOW_KERNELS_CPU);
+	exec_feed(ref);
+	exec_feed(cpu);
+	flow_exec_zero_param_grads(cpu); /* nothing to zero */
+	double lr = flow_exec_forward(ref), lc = flow_exec_forward(cpu);
+	flow_exec_backward(cpu); /* no backward ops: nothing happens */
+	assert_true(fabs(lc - lr) <= RTOL * lr);
+	/* Same parameters and tokens as the differentiated graph: same loss. */
+	flow_graph_t gd;
+	gpt_build(&gd, true);
+	flow_exec_t *d = exec_new(&gd, FLOW_KERNELS_REF);
+	exec_feed(d);
+	assert_true(flow_exec_forward(d) == lr);
+	flow_exec_free(d);
+	flow_graph_release(&gd);
+	flow_exec_free(ref);
+	flow_exec_free(cpu);
+	flow_graph_release(&g);
+}
+
+static void test_exec_new_rejects_bad_graphs_and_kernel_sets(void **state)
+{
+	flow_graph_t g;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_exec_t *x = (flow_exec_t *)&g; /* must stay untouched */
+
+	(void)state;
+	gpt_build(&g, true);
+	assert_int_equal(flow_exec_new(&g, (flow_kernel_set_t)7, &x, &diag),
+			 FLOW_ERR_USAGE);
+	assert_string_equal(diag.msg, "unknown kernel set 7");
+	assert_ptr_equal(x, &g);
+	flow_diag_clear(&diag);
+	g.ops[3].in[0] = 9999;
+	assert_int_equal(flow_exec_new(&g, FLOW_KERNELS_CPU, &x, &diag),
+			 FLOW_ERR_FORMAT);
+	assert_string_equal(diag.msg, "op 3 (attn): input 9999 is out of range");
+	assert_ptr_equal(x, &g);
+	flow_graph_release(&g);
+}
+
+/* ---- the profile ------------------------------------------------------------------ */
+
+static void test_exec_profile_counts_every_op_kind(void **state)
+{
+	flow_graph_t g;
+	flow_profile_row_t rows[FLOW_OP_KIND_COUNT + 20];
+	uint64_t want_calls[FLOW_OP_KIND_COUNT] = { 0 };
+	double want_flops[FLOW_OP_KIND_COUNT] = { 0 }, step = 0.0;
+
+	(void)state;
+	gpt_build(&g, true);
+	for (size_t i = 0; i < g.nops; i++) {
+		const flow_op_def_t *def = flow_op_def(g.ops[i].kind);
+		double f = def->flops(&g, &g.ops[i]);
+		want_calls[g.ops[i].kind] += 2;
+		want_flops[g.ops[i].kind] += 2 * f;
+		step += f;
+	}
+	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_CPU);
+	exec_feed(x);
+	assert_true(flow_exec_step_flops(x) == step);
+	assert_true(step > 0.0);
+
+	/* Off by default: running records nothing. */
+	(void)exec_step(x);
+	assert_int_equal(flow_exec_profile_rows(x, rows, 0), 0);
+
+	flow_exec_profile_enable(x, true);
+	(void)exec_step(x);
+	(void)exec_step(x);
+	flow_exec_profile_enable(x, false);
+	(void)exec_step(x); /* not counted */
+	size_t n = flow_exec_profile_rows(x, rows, FLOW_OP_KIND_COUNT + 20);
+	size_t kinds = 0;
+	for (int k = 0; k < FLOW_OP_KIND_COUNT; k++)
+		kinds += want_calls[k] > 0;
+	assert_int_equal(n, kinds); /* every kind here but none unused */
+	for (size_t i = 0; i < n; i++) {
+		flow_op_kind_t kind;
+		flow_diag_t diag = FLOW_DIAG_INIT;
+		assert_int_equal(flow_op_kind_parse(rows[i].name, &kind, &diag),
+				 FLOW_OK);
+		assert_int_equal(rows[i].calls, want_calls[kind]);
+		assert_true(fabs(rows[i].flops - want_flops[kind]) <=
+			    1e-12 * want_flops[kind]);
+		assert_true(rows[i].seconds >= 0.0);
+		if (i > 0)
+			assert_true(rows[i - 1].seconds >= rows[i].seconds);
+	}
+
+	/* Phases join the rows; a big one comes first. */
+	flow_exec_profile_add(x, "optimizer", 50.0, 10.0);
+	flow_exec_profile_add(x, "optimizer", 50.0, 10.0);
+	flow_exec_profile_add(x, "data", 0.0, 0.0);
+	n = flow_exec_profile_rows(x, rows, FLOW_OP_KIND_COUNT + 20);
+	assert_int_equal(n, kinds + 2);
+	assert_string_equal(rows[0].name, "optimizer");
+	assert_int_equal(rows[0].calls, 2);
+	assert_true(rows[0].seconds == 100.0 && rows[0].flops == 20.0);
+	assert_string_equal(rows[n - 1].name, "data");
+
+	/* cap: only that many written, all counted. */
+	memset(rows, 0xab, sizeof(rows));
+	assert_int_equal(flow_exec_profile_rows(x, rows, 1), kinds + 2);
+	assert_string_equal(rows[0].name, "optimizer");
+	assert_int_equal(rows[1].calls, 0xababababababababu);
+
+	/* More distinct phases than the table holds share "other". */
+	for (int i = 0; i < 20; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "phase%d", i);
+		flow_exec_profile_add(x, name, 0.0, 1.0);
+	}
+	n = flow_exec_profile_rows(x, rows, FLOW_OP_KIND_COUNT + 20);
+	double flops = 0.0;
+	bool other = false;
+	for (size_t i = 0; i < n; i++) {
+		if (strncmp(rows[i].name, "phase", 5) == 0 ||
+		    strcmp(rows[i].name, "other") == 0)
+			flops += rows[i].flops;
+		other = other || strcmp(rows[i].name, "other") == 0;
+	}
+	assert_true(other);
+	assert_true(flops == 20.0);
+	flow_exec_free(x);
+	flow_graph_release(&g);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_exec_cpu_matches_reference),
+		cmocka_unit_test(test_exec_backward_clears_activation_gradients),
+		cmocka_unit_test(test_exec_param_grads_accumulate_across_passes),
+		cmocka_unit_test(
+			test_exec_loss_is_the_mean_and_its_scale_scales_gradients),
+		cmocka_unit_test(test_exec_init_draws_philox_by_logical_index),
+		cmocka_unit_test(test_exec_init_depends_on_names_and_seed_only),
+		cmocka_unit_test(
+			test_exec_storage_is_aligned_and_grads_mirror_params),
+		cmocka_unit_test(test_exec_runs_a_forward_only_graph),
+		cmocka_unit_test(test_exec_new_rejects_bad_graphs_and_kernel_sets),
+		cmocka_unit_test(test_exec_profile_counts_every_op_kind),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL) ? EXIT_FAILURE :
+							   EXIT_SUCCESS;
+}
