@@ -44,13 +44,9 @@ typedef struct flow_ckpt_tensor_desc {
 	char sbp[FLOW_CKPT_TEXT_MAX];  /* nd-SBP, "(B)", "(S(0),B)" */
 } flow_ckpt_tensor_desc_t;
 
-/* A box of a logical tensor: dimension d spans [start[d], start[d] +
- * extent[d]).  ndim equals the tensor's. */
-typedef struct flow_ckpt_box {
-	int ndim;
-	int64_t start[FLOW_MAX_DIMS];
-	int64_t extent[FLOW_MAX_DIMS];
-} flow_ckpt_box_t;
+/* A shard's box of its logical tensor (flow/tensor.h); ndim equals the
+ * tensor's. */
+typedef flow_box_t flow_ckpt_box_t;
 
 /* The whole of shape as a box. */
 FLOW_EXPORT void flow_ckpt_box_whole(const flow_shape_t *shape,

@@ -85,9 +85,9 @@ FLOW_EXPORT void flow_cpu_gelu_backward(float *dinp, const float *inp,
 FLOW_EXPORT void flow_cpu_attention_forward(float *out, float *att,
 					    const float *qkv, size_t B,
 					    size_t T, size_t C, size_t NH);
-/* Bytes of scratch the backward pass needs for these sizes (one T-float row
- * per (b,h), each on a 64-byte boundary; contents need not be initialised
- * and are garbage afterwards). */
+/* Bytes of scratch the backward pass needs for these sizes (the gradient of
+ * att, B*NH*T*T floats; contents need not be initialised and are garbage
+ * afterwards). */
 FLOW_EXPORT size_t flow_cpu_attention_scratch_bound(size_t B, size_t T,
 						    size_t C, size_t NH);
 /* dqkv (B,T,3C) += gradient of out w.r.t. qkv.  scratch holds at least

@@ -23,13 +23,6 @@
  * groups of this many chunks, so n is unbounded without a heap buffer). */
 #define FLOW_CPU_SQ_GROUP 256
 
-/* Floats per (b,h) slice of attention-backward scratch, rounded up so every
- * slice starts on a 64-byte boundary like the scratch itself. */
-static inline size_t flow_cpu_attention_row_stride(size_t T)
-{
-	return (T + 15) & ~(size_t)15;
-}
-
 /* expf for the hot loops: libm's expf is a call the vectoriser cannot
  * inline, so softmax, cross-entropy and GELU ran one element at a time.
  * Straight-line code with no branches, so a loop calling it vectorises at
