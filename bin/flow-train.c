@@ -331,7 +331,7 @@ static void write_row(const flow_train_row_t *r)
 	if (r->val)
 		fputs("-\t-\t", stdout);
 	else
-		printf("%.9g\t%.6g\t", (double)r->lr, (double)r->grad_norm);
+		printf("%.9g\t%.9g\t", (double)r->lr, (double)r->grad_norm);
 	printf("%.2f\t%.0f\t", r->ms, r->tokens_per_s);
 	print_value(r->mfu, "%.4f");
 	putchar('\n');
