@@ -23,12 +23,12 @@
 #include <flow/file.h>
 #include <flow/mem.h>
 
+#include "textrec_internal.h"
+
 #define CKPT_MAGIC "flow-checkpoint"
 #define INDEX_MAGIC "flow-checkpoint-index"
 /* Shards start at multiples of this in a data file. */
 #define SHARD_ALIGN 64u
-/* The most fields a record has ("shard" lines). */
-#define MAX_FIELDS 8
 /* "start:end" per dimension, comma separated: 8 * (19 + 1 + 19 + 1). */
 #define BOX_TEXT_MAX 352
 /* "(d,d,...)": 8 * 20 + 3. */
@@ -120,39 +120,6 @@ static bool valid_value(const char *s)
 	return true;
 }
 
-/* A decimal number without sign or leading zeros ("0" itself aside), at
- * most max. */
-static bool parse_u64(const char *s, size_t len, uint64_t max,
-		      uint64_t *out)
-{
-	if (len == 0 || (s[0] == '0' && len > 1))
-		return false;
-	uint64_t v = 0;
-	for (size_t i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		if (__builtin_mul_overflow(v, 10, &v) ||
-		    __builtin_add_overflow(v, (uint64_t)(s[i] - '0'), &v))
-			return false;
-	}
-	if (v > max)
-		return false;
-	*out = v;
-	return true;
-}
-
-/* Exactly 16 lowercase hex digits. */
-static bool parse_hex64(const char *s, uint64_t *out)
-{
-	if (strlen(s) != 16)
-		return false;
-	for (int i = 0; i < 16; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return false;
-	flow_diag_t inner = FLOW_DIAG_INIT;
-	return flow_checksum_parse(s, out, &inner) == FLOW_OK;
-}
-
 /* ---- boxes ------------------------------------------------------------------ */
 
 void flow_ckpt_box_whole(const flow_shape_t *shape, flow_ckpt_box_t *box_out)
@@ -203,9 +170,11 @@ static bool box_parse(const char *text, flow_ckpt_box_t *box_out)
 		if (!colon || colon > comma)
 			return false;
 		uint64_t a, b;
-		if (!parse_u64(s, (size_t)(colon - s), INT64_MAX, &a) ||
-		    !parse_u64(colon + 1, (size_t)(comma - colon - 1), INT64_MAX,
-			       &b) ||
+		if (!flow_textrec_parse_u64(s, (size_t)(colon - s), INT64_MAX,
+					    &a) ||
+		    !flow_textrec_parse_u64(colon + 1,
+					    (size_t)(comma - colon - 1),
+					    INT64_MAX, &b) ||
 		    a > b)
 			return false;
 		box.start[box.ndim] = (int64_t)a;
@@ -397,6 +366,33 @@ static flow_err_t desc_check(const flow_ckpt_tensor_desc_t *desc,
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "tensor '%s': invalid or too large shape",
 				     desc->name);
+	return FLOW_OK;
+}
+
+/* The box a caller names (NULL: the whole tensor), when it lies inside
+ * desc's shape (FLOW_ERR_USAGE). */
+static flow_err_t caller_box(const flow_ckpt_tensor_desc_t *desc,
+			     const flow_ckpt_box_t *box,
+			     flow_ckpt_box_t *box_out, flow_diag_t *diag)
+{
+	if (!box) {
+		flow_ckpt_box_whole(&desc->shape, box_out);
+		return FLOW_OK;
+	}
+	if (!box_inside(box, &desc->shape)) {
+		char shape[SHAPE_TEXT_MAX], text[BOX_TEXT_MAX];
+		flow_shape_format(&desc->shape, shape, sizeof(shape));
+		if (box->ndim != desc->shape.ndim)
+			return flow_diag_set(diag, FLOW_ERR_USAGE,
+					     "tensor '%s': box has %d dimensions, the shape %s has %d",
+					     desc->name, box->ndim, shape,
+					     desc->shape.ndim);
+		box_format(box, text, sizeof(text));
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "tensor '%s': box %s is outside its shape %s",
+				     desc->name, text, shape);
+	}
+	*box_out = *box;
 	return FLOW_OK;
 }
 
@@ -822,117 +818,73 @@ typedef struct doc {
 	catalog_t cat;
 } doc_t;
 
-typedef struct parser {
-	const char *path;
-	size_t line;
-	char *f[MAX_FIELDS];
-	int nf;
-	flow_diag_t *diag;
-} parser_t;
+static const flow_textrec_format_t ckpt_format = {
+	.sep = FLOW_TEXTREC_SEP_SPACE,
+	.end_key = "end",
+	.lowercase_sums = true,
+	.hint_causes = true,
+};
 
-static flow_err_t perr(parser_t *p, const char *fmt, ...) FLOW_PRINTF(2, 3);
-
-static flow_err_t perr(parser_t *p, const char *fmt, ...)
-{
-	char msg[FLOW_DIAG_MAX];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	return flow_diag_set(p->diag, FLOW_ERR_FORMAT, "%s:%zu: %s", p->path,
-			     p->line, msg);
-}
-
-/* Split line in place at single spaces; an empty field (two spaces in a
- * row, a leading or a trailing space) is an error. */
-static flow_err_t split_fields(parser_t *p, char *line)
-{
-	p->nf = 0;
-	if (!*line)
-		return perr(p, "empty line");
-	for (char *s = line;;) {
-		if (p->nf == MAX_FIELDS)
-			return perr(p, "too many fields");
-		p->f[p->nf++] = s;
-		char *sp = strchr(s, ' ');
-		if (!sp)
-			break;
-		*sp = '\0';
-		s = sp + 1;
-	}
-	for (int i = 0; i < p->nf; i++)
-		if (!*p->f[i])
-			return perr(p, "empty field %d (fields are separated by single spaces)",
-				    i + 1);
-	return FLOW_OK;
-}
-
-static flow_err_t expect_fields(parser_t *p, int n, const char *syntax)
-{
-	if (p->nf != n)
-		return perr(p, "expected '%s', got %d fields", syntax, p->nf);
-	return FLOW_OK;
-}
-
-static flow_err_t field_u64(parser_t *p, int i, const char *what,
+static flow_err_t field_u64(flow_textrec_t *p, int i, const char *what,
 			    uint64_t max, uint64_t *out)
 {
-	if (!parse_u64(p->f[i], strlen(p->f[i]), max, out))
-		return perr(p, "invalid %s '%s'", what, p->f[i]);
-	return FLOW_OK;
+	return flow_textrec_field_u64(p, i, what, 0, max, out);
 }
 
 enum { S_MAGIC, S_HEAD, S_BODY, S_END };
 
 /* "tensor NAME DTYPE SHAPE MESH SBP" */
-static flow_err_t parse_tensor(parser_t *p, doc_t *doc, long *cur,
+static flow_err_t parse_tensor(flow_textrec_t *p, doc_t *doc, long *cur,
 			       flow_diag_t *diag)
 {
 	flow_err_t err;
-	if ((err = expect_fields(p, 6, "tensor NAME DTYPE SHAPE MESH SBP")) != FLOW_OK)
+	if ((err = flow_textrec_expect_fields(p, 6,
+					      "tensor NAME DTYPE SHAPE MESH SBP")) != FLOW_OK)
 		return err;
 	ckpt_tensor_t t;
 	memset(&t, 0, sizeof(t));
-	const char *name = p->f[1];
+	const char *name = p->fields[1];
 	if (strlen(name) >= FLOW_CKPT_NAME_MAX)
-		return perr(p, "tensor name '%.32s...' is longer than %d bytes",
-			    name, FLOW_CKPT_NAME_MAX - 1);
+		return flow_textrec_error(p, "tensor name '%.32s...' is longer than %d bytes",
+					  name, FLOW_CKPT_NAME_MAX - 1);
 	if (!valid_token(name))
-		return perr(p, "invalid tensor name '%s'", name);
+		return flow_textrec_error(p, "invalid tensor name '%s'", name);
 	long prev = cat_find(&doc->cat, name);
 	if (prev >= 0)
-		return perr(p, "duplicate tensor '%s' (first on line %zu)", name,
-			    doc->cat.tensors[prev].line);
+		return flow_textrec_error(p, "duplicate tensor '%s' (first on line %zu)",
+					  name, doc->cat.tensors[prev].line);
 	memcpy(t.desc.name, name, strlen(name) + 1);
 	flow_diag_t inner = FLOW_DIAG_INIT;
 	const char *dname;
-	if (flow_dtype_parse(p->f[2], &t.desc.dtype, &inner) != FLOW_OK ||
+	if (flow_dtype_parse(p->fields[2], &t.desc.dtype, &inner) != FLOW_OK ||
 	    !(dname = flow_dtype_name(t.desc.dtype)) ||
-	    strcmp(dname, p->f[2]) != 0)
-		return perr(p, "unknown dtype '%s' (expected f32, bf16, f16, i32, i64, u16, u8 or u32)",
-			    p->f[2]);
+	    strcmp(dname, p->fields[2]) != 0)
+		return flow_textrec_error(p, "unknown dtype '%s' (expected f32, bf16, f16, i32, i64, u16, u8 or u32)",
+					  p->fields[2]);
 	char shape[SHAPE_TEXT_MAX];
-	if (flow_shape_parse(p->f[3], &t.desc.shape, &inner) != FLOW_OK ||
+	if (flow_shape_parse(p->fields[3], &t.desc.shape, &inner) != FLOW_OK ||
 	    flow_shape_format(&t.desc.shape, shape, sizeof(shape)) >= sizeof(shape) ||
-	    strcmp(shape, p->f[3]) != 0)
-		return perr(p, "invalid shape '%s' (expected '(D,D,...)' or '()')",
-			    p->f[3]);
+	    strcmp(shape, p->fields[3]) != 0)
+		return flow_textrec_error(p, "invalid shape '%s' (expected '(D,D,...)' or '()')",
+					  p->fields[3]);
 	size_t bytes;
 	if (!desc_bytes(&t.desc, &bytes))
-		return perr(p, "shape %s of tensor '%s' is too large", p->f[3],
-			    name);
-	if (strlen(p->f[4]) >= FLOW_CKPT_TEXT_MAX)
-		return perr(p, "mesh '%.32s...' is longer than %d bytes", p->f[4],
-			    FLOW_CKPT_TEXT_MAX - 1);
-	if (strlen(p->f[5]) >= FLOW_CKPT_TEXT_MAX)
-		return perr(p, "SBP '%.32s...' is longer than %d bytes", p->f[5],
-			    FLOW_CKPT_TEXT_MAX - 1);
-	if (!valid_token(p->f[4]))
-		return perr(p, "invalid mesh '%s'", p->f[4]);
-	if (!valid_token(p->f[5]))
-		return perr(p, "invalid SBP '%s'", p->f[5]);
-	memcpy(t.desc.mesh, p->f[4], strlen(p->f[4]) + 1);
-	memcpy(t.desc.sbp, p->f[5], strlen(p->f[5]) + 1);
+		return flow_textrec_error(p, "shape %s of tensor '%s' is too large",
+					  p->fields[3], name);
+	if (strlen(p->fields[4]) >= FLOW_CKPT_TEXT_MAX)
+		return flow_textrec_error(p, "mesh '%.32s...' is longer than %d bytes",
+					  p->fields[4], FLOW_CKPT_TEXT_MAX - 1);
+	if (strlen(p->fields[5]) >= FLOW_CKPT_TEXT_MAX)
+		return flow_textrec_error(p, "SBP '%.32s...' is longer than %d bytes",
+					  p->fields[5], FLOW_CKPT_TEXT_MAX - 1);
+	if (!valid_token(p->fields[4]))
+		return flow_textrec_error(p, "invalid mesh '%s'",
+					  p->fields[4]);
+	if (!valid_token(p->fields[5]))
+		return flow_textrec_error(p, "invalid SBP '%s'",
+					  p->fields[5]);
+	memcpy(t.desc.mesh, p->fields[4], strlen(p->fields[4]) + 1);
+	memcpy(t.desc.sbp, p->fields[5], strlen(p->fields[5]) + 1);
 	t.line = p->line;
 	t.src_rank = doc->rank;
 	t.first = doc->cat.nshards;
@@ -944,21 +896,21 @@ static flow_err_t parse_tensor(parser_t *p, doc_t *doc, long *cur,
 }
 
 /* "shard NAME RANK BOX FILE OFFSET LENGTH XXH3" */
-static flow_err_t parse_shard(parser_t *p, doc_t *doc, long cur,
+static flow_err_t parse_shard(flow_textrec_t *p, doc_t *doc, long cur,
 			      flow_diag_t *diag)
 {
 	flow_err_t err;
-	if ((err = expect_fields(p, 8,
-				 "shard NAME RANK BOX FILE OFFSET LENGTH XXH3")) != FLOW_OK)
+	if ((err = flow_textrec_expect_fields(p, 8,
+					      "shard NAME RANK BOX FILE OFFSET LENGTH XXH3")) != FLOW_OK)
 		return err;
-	const char *name = p->f[1];
+	const char *name = p->fields[1];
 	if (cur < 0 || strcmp(doc->cat.tensors[cur].desc.name, name) != 0) {
 		long t = cat_find(&doc->cat, name);
 		if (t >= 0)
-			return perr(p, "shard of tensor '%s' does not follow its tensor line (line %zu)",
-				    name, doc->cat.tensors[t].line);
-		return perr(p, "shard of tensor '%s' before its tensor line",
-			    name);
+			return flow_textrec_error(p, "shard of tensor '%s' does not follow its tensor line (line %zu)",
+						  name, doc->cat.tensors[t].line);
+		return flow_textrec_error(p, "shard of tensor '%s' before its tensor line",
+					  name);
 	}
 	ckpt_tensor_t *t = &doc->cat.tensors[cur];
 	ckpt_shard_t s;
@@ -968,40 +920,41 @@ static flow_err_t parse_shard(parser_t *p, doc_t *doc, long cur,
 		return err;
 	s.rank = (uint32_t)v;
 	if (doc->kind == DOC_INDEX && s.rank != doc->rank)
-		return perr(p, "shard of rank %" PRIu32 " in the index of rank %" PRIu32,
-			    s.rank, doc->rank);
-	if (!box_parse(p->f[3], &s.box))
-		return perr(p, "invalid shard box '%s' (expected START:END per dimension, comma separated, or '-')",
-			    p->f[3]);
+		return flow_textrec_error(p, "shard of rank %" PRIu32 " in the index of rank %" PRIu32,
+					  s.rank, doc->rank);
+	if (!box_parse(p->fields[3], &s.box))
+		return flow_textrec_error(p, "invalid shard box '%s' (expected START:END per dimension, comma separated, or '-')",
+					  p->fields[3]);
 	char shape[SHAPE_TEXT_MAX];
 	flow_shape_format(&t->desc.shape, shape, sizeof(shape));
 	if (s.box.ndim != t->desc.shape.ndim)
-		return perr(p, "shard box %s has %d dimensions, tensor '%s' has %d %s",
-			    p->f[3], s.box.ndim, name, t->desc.shape.ndim, shape);
+		return flow_textrec_error(p, "shard box %s has %d dimensions, tensor '%s' has %d %s",
+					  p->fields[3], s.box.ndim, name,
+					  t->desc.shape.ndim, shape);
 	if (!box_inside(&s.box, &t->desc.shape))
-		return perr(p, "shard box %s exceeds %s", p->f[3], shape);
+		return flow_textrec_error(p, "shard box %s exceeds %s",
+					  p->fields[3], shape);
 	char want[32];
 	rank_file_name(want, sizeof(want), s.rank, "bin");
-	if (strcmp(p->f[4], want) != 0)
-		return perr(p, "expected shard file '%s', got '%s'", want,
-			    p->f[4]);
+	if (strcmp(p->fields[4], want) != 0)
+		return flow_textrec_error(p, "expected shard file '%s', got '%s'",
+					  want, p->fields[4]);
 	if ((err = field_u64(p, 5, "shard offset", INT64_MAX, &s.offset)) != FLOW_OK ||
 	    (err = field_u64(p, 6, "shard length", INT64_MAX, &s.length)) != FLOW_OK)
 		return err;
 	if (s.offset % SHARD_ALIGN)
-		return perr(p, "shard offset %" PRIu64 " is not a multiple of %u",
-			    s.offset, SHARD_ALIGN);
+		return flow_textrec_error(p, "shard offset %" PRIu64 " is not a multiple of %u",
+					  s.offset, SHARD_ALIGN);
 	uint64_t expect = box_volume(&s.box) * flow_dtype_size(t->desc.dtype);
 	if (s.length != expect)
-		return perr(p, "shard length %" PRIu64 " does not match box %s (%" PRIu64 " bytes of %s)",
-			    s.length, p->f[3], expect,
-			    flow_dtype_name(t->desc.dtype));
+		return flow_textrec_error(p, "shard length %" PRIu64 " does not match box %s (%" PRIu64 " bytes of %s)",
+					  s.length, p->fields[3], expect,
+					  flow_dtype_name(t->desc.dtype));
 	if (s.offset > (uint64_t)INT64_MAX - s.length)
-		return perr(p, "shard offset %" PRIu64 " + length %" PRIu64 " overflows",
-			    s.offset, s.length);
-	if (!parse_hex64(p->f[7], &s.sum))
-		return perr(p, "invalid checksum '%s' (expected 16 lowercase hex digits)",
-			    p->f[7]);
+		return flow_textrec_error(p, "shard offset %" PRIu64 " + length %" PRIu64 " overflows",
+					  s.offset, s.length);
+	if ((err = flow_textrec_field_sum(p, 7, &s.sum)) != FLOW_OK)
+		return err;
 	s.line = p->line;
 	if ((err = cat_add_shard(&doc->cat, &s, diag)) != FLOW_OK)
 		return err;
@@ -1010,7 +963,7 @@ static flow_err_t parse_shard(parser_t *p, doc_t *doc, long cur,
 }
 
 /* "state KEY VALUE": VALUE is the rest of the line (empty: "state KEY"). */
-static flow_err_t parse_state(parser_t *p, doc_t *doc, char *line,
+static flow_err_t parse_state(flow_textrec_t *p, doc_t *doc, char *line,
 			      flow_diag_t *diag)
 {
 	char *key = line + strlen("state ");
@@ -1021,14 +974,15 @@ static flow_err_t parse_state(parser_t *p, doc_t *doc, char *line,
 		value = sp + 1;
 	}
 	if (!valid_key(key))
-		return perr(p, "invalid state key '%s' (expected [A-Za-z0-9_.-]+)",
-			    key);
+		return flow_textrec_error(p, "invalid state key '%s' (expected [A-Za-z0-9_.-]+)",
+					  key);
 	if (!valid_value(value))
-		return perr(p, "state '%s': the value holds a control character",
-			    key);
+		return flow_textrec_error(p, "state '%s': the value holds a control character",
+					  key);
 	for (size_t i = 0; i < doc->nkv; i++)
 		if (strcmp(doc->kv[i].key, key) == 0)
-			return perr(p, "duplicate state key '%s'", key);
+			return flow_textrec_error(p, "duplicate state key '%s'",
+						  key);
 	if (!grow((void **)&doc->kv, &doc->kvcap, doc->nkv + 1,
 		  sizeof(*doc->kv)))
 		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
@@ -1040,7 +994,7 @@ static flow_err_t parse_state(parser_t *p, doc_t *doc, char *line,
 
 /* The tensor being listed is complete: it has shards and, in a manifest,
  * they tile it. */
-static flow_err_t close_tensor(parser_t *p, doc_t *doc, long cur,
+static flow_err_t close_tensor(flow_textrec_t *p, doc_t *doc, long cur,
 			       flow_diag_t *diag)
 {
 	if (cur < 0)
@@ -1048,7 +1002,8 @@ static flow_err_t close_tensor(parser_t *p, doc_t *doc, long cur,
 	const ckpt_tensor_t *t = &doc->cat.tensors[cur];
 	if (t->count == 0) {
 		p->line = t->line;
-		return perr(p, "tensor '%s' has no shard lines", t->desc.name);
+		return flow_textrec_error(p, "tensor '%s' has no shard lines",
+					  t->desc.name);
 	}
 	if (doc->kind != DOC_MANIFEST)
 		return FLOW_OK;
@@ -1061,99 +1016,90 @@ static flow_err_t parse_doc(doc_t *doc, char *text, size_t len,
 			    flow_diag_t *diag)
 {
 	flow_err_t err = FLOW_OK;
-	parser_t p = { .path = doc->path, .line = 0, .diag = diag };
+	flow_textrec_t p;
 	const bool manifest = doc->kind == DOC_MANIFEST;
 	const char *magic = manifest ? CKPT_MAGIC : INDEX_MAGIC;
-	flow_checksum_state_t *sum = flow_checksum_state_new();
-	if (!sum)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	if ((err = flow_textrec_init(&p, &ckpt_format, doc->path, text, len,
+				     diag)) != FLOW_OK)
+		goto out_release_reader;
 	int state = S_MAGIC;
 	long cur = -1;
-	size_t at = 0;
-	while (at < len) {
-		char *line = text + at;
-		char *nl = memchr(line, '\n', len - at);
-		p.line++;
-		if (!nl) {
-			err = perr(&p, "missing newline at the end of the file (truncated?)");
-			goto out_free;
-		}
-		size_t n = (size_t)(nl - line);
-		at += n + 1;
+	char *line;
+	size_t n;
+	int got;
+	while ((got = flow_textrec_next(&p, &line, &n)) > 0) {
 		if (state == S_END) {
-			err = perr(&p, "unexpected line after 'end'");
-			goto out_free;
+			err = flow_textrec_error(&p, "unexpected line after 'end'");
+			goto out_release_reader;
 		}
-		/* The closing checksum covers every byte before the end
-		 * line, as read: fold the line in before it is cut up. */
-		bool is_end = n >= 3 && memcmp(line, "end", 3) == 0 &&
-			      (n == 3 || line[3] == ' ');
-		if (!is_end)
-			flow_checksum_update(sum, line, n + 1);
-		*nl = '\0';
 		/* Every record is printable ASCII, so messages quoting a
 		 * field never carry control or stray bytes. */
 		for (size_t i = 0; i < n; i++) {
 			unsigned char ch = (unsigned char)line[i];
 			if (ch < ' ' || ch >= 0x7f) {
-				err = perr(&p, "byte 0x%02x in column %zu is not printable ASCII",
-					   ch, i + 1);
-				goto out_free;
+				err = flow_textrec_error(&p, "byte 0x%02x in column %zu is not printable ASCII",
+							 ch, i + 1);
+				goto out_release_reader;
 			}
 		}
 		if (manifest && state == S_BODY && strncmp(line, "state ", 6) == 0) {
 			if (cur >= 0) {
-				err = perr(&p, "state line after the first tensor line");
-				goto out_free;
+				err = flow_textrec_error(&p, "state line after the first tensor line");
+				goto out_release_reader;
 			}
 			if ((err = parse_state(&p, doc, line, diag)) != FLOW_OK)
-				goto out_free;
+				goto out_release_reader;
 			continue;
 		}
-		if ((err = split_fields(&p, line)) != FLOW_OK)
-			goto out_free;
-		const char *rec = p.f[0];
+		if ((err = flow_textrec_split(&p, line)) != FLOW_OK)
+			goto out_release_reader;
+		const char *rec = p.fields[0];
 		uint64_t v = 0;
 		switch (state) {
 		case S_MAGIC:
-			if (strcmp(rec, magic) != 0 || p.nf != 2) {
-				err = perr(&p, "expected '%s %d', got '%.40s'", magic,
-					   FLOW_CKPT_FORMAT_VERSION, rec);
-				goto out_free;
+			if (strcmp(rec, magic) != 0 || p.nfields != 2) {
+				err = flow_textrec_error(&p, "expected '%s %d', got '%.40s'",
+							 magic, FLOW_CKPT_FORMAT_VERSION,
+							 rec);
+				goto out_release_reader;
 			}
 			if ((err = field_u64(&p, 1, "format version", UINT64_MAX,
 					     &v)) != FLOW_OK)
-				goto out_free;
+				goto out_release_reader;
 			if (v != FLOW_CKPT_FORMAT_VERSION) {
-				err = perr(&p, "unsupported checkpoint format version %" PRIu64 " (expected %d)",
-					   v, FLOW_CKPT_FORMAT_VERSION);
-				goto out_free;
+				err = flow_textrec_error(&p, "unsupported checkpoint format version %" PRIu64 " (expected %d)",
+							 v, FLOW_CKPT_FORMAT_VERSION);
+				goto out_release_reader;
 			}
 			state = S_HEAD;
 			break;
 		case S_HEAD:
 			if (manifest) {
 				if (strcmp(rec, "step") != 0) {
-					err = perr(&p, "expected 'step N', got '%.40s'", rec);
-					goto out_free;
+					err = flow_textrec_error(&p, "expected 'step N', got '%.40s'",
+								 rec);
+					goto out_release_reader;
 				}
-				if ((err = expect_fields(&p, 2, "step N")) != FLOW_OK ||
+				if ((err = flow_textrec_expect_fields(&p, 2,
+								      "step N")) != FLOW_OK ||
 				    (err = field_u64(&p, 1, "step", UINT64_MAX,
 						     &doc->step)) != FLOW_OK)
-					goto out_free;
+					goto out_release_reader;
 			} else {
 				if (strcmp(rec, "rank") != 0) {
-					err = perr(&p, "expected 'rank R', got '%.40s'", rec);
-					goto out_free;
+					err = flow_textrec_error(&p, "expected 'rank R', got '%.40s'",
+								 rec);
+					goto out_release_reader;
 				}
-				if ((err = expect_fields(&p, 2, "rank R")) != FLOW_OK ||
+				if ((err = flow_textrec_expect_fields(&p, 2,
+								      "rank R")) != FLOW_OK ||
 				    (err = field_u64(&p, 1, "rank", UINT32_MAX,
 						     &v)) != FLOW_OK)
-					goto out_free;
+					goto out_release_reader;
 				if (v != doc->rank) {
-					err = perr(&p, "index of rank %" PRIu64 ", expected rank %" PRIu32,
-						   v, doc->rank);
-					goto out_free;
+					err = flow_textrec_error(&p, "index of rank %" PRIu64 ", expected rank %" PRIu32,
+								 v, doc->rank);
+					goto out_release_reader;
 				}
 			}
 			state = S_BODY;
@@ -1162,44 +1108,38 @@ static flow_err_t parse_doc(doc_t *doc, char *text, size_t len,
 			if (strcmp(rec, "tensor") == 0) {
 				if ((err = close_tensor(&p, doc, cur, diag)) != FLOW_OK ||
 				    (err = parse_tensor(&p, doc, &cur, diag)) != FLOW_OK)
-					goto out_free;
+					goto out_release_reader;
 			} else if (strcmp(rec, "shard") == 0) {
 				if ((err = parse_shard(&p, doc, cur, diag)) != FLOW_OK)
-					goto out_free;
+					goto out_release_reader;
 			} else if (strcmp(rec, "end") == 0) {
 				uint64_t stored;
-				if ((err = expect_fields(&p, 2, "end XXH3")) != FLOW_OK)
-					goto out_free;
-				if (!parse_hex64(p.f[1], &stored)) {
-					err = perr(&p, "invalid checksum '%s' (expected 16 lowercase hex digits)",
-						   p.f[1]);
-					goto out_free;
-				}
-				uint64_t computed = flow_checksum_digest(sum);
-				if (computed != stored) {
-					char hex[17];
-					flow_checksum_format(computed, hex);
-					err = flow_diag_set(diag, FLOW_ERR_CHECKSUM,
-							    "%s:%zu: checksum mismatch: stored %s, computed %s (damaged file)",
-							    p.path, p.line, p.f[1], hex);
-					goto out_free;
-				}
+				if ((err = flow_textrec_expect_fields(&p, 2,
+								      "end XXH3")) != FLOW_OK ||
+				    (err = flow_textrec_field_sum(&p, 1, &stored)) != FLOW_OK ||
+				    (err = flow_textrec_verify_end(&p, stored)) != FLOW_OK)
+					goto out_release_reader;
 				size_t end_line = p.line;
 				if ((err = close_tensor(&p, doc, cur, diag)) != FLOW_OK)
-					goto out_free;
+					goto out_release_reader;
 				p.line = end_line;
 				state = S_END;
 			} else if (strcmp(rec, "state") == 0 && manifest) {
-				err = perr(&p, "expected 'state KEY VALUE', got a bare 'state'");
-				goto out_free;
+				err = flow_textrec_error(&p, "expected 'state KEY VALUE', got a bare 'state'");
+				goto out_release_reader;
 			} else {
-				err = perr(&p, "unknown record '%.40s' (expected %s)", rec,
-					   manifest ? "state, tensor, shard or end" :
-						      "tensor, shard or end");
-				goto out_free;
+				err = flow_textrec_error(&p, "unknown record '%.40s' (expected %s)",
+							 rec,
+							 manifest ? "state, tensor, shard or end" :
+								    "tensor, shard or end");
+				goto out_release_reader;
 			}
 			break;
 		}
+	}
+	if (got < 0) {
+		err = (flow_err_t)got;
+		goto out_release_reader;
 	}
 	if (state != S_END) {
 		static const char *const want_manifest[] = {
@@ -1208,12 +1148,11 @@ static flow_err_t parse_doc(doc_t *doc, char *text, size_t len,
 		static const char *const want_index[] = {
 			"flow-checkpoint-index 1", "rank R", "end XXH3",
 		};
-		p.line++;
-		err = perr(&p, "unexpected end of file, expected '%s' (truncated?)",
-			   manifest ? want_manifest[state] : want_index[state]);
+		err = flow_textrec_error_eof(&p, manifest ? want_manifest[state] :
+							    want_index[state]);
 	}
-out_free:
-	flow_checksum_state_free(sum);
+out_release_reader:
+	flow_textrec_release(&p);
 	return err;
 }
 
@@ -1227,58 +1166,24 @@ static void doc_release(doc_t *doc)
 
 /* ---- writing text ------------------------------------------------------------------ */
 
-typedef struct strbuf {
-	char *buf;
-	size_t len, cap;
-	bool failed;
-} strbuf_t;
-
-static void sb_printf(strbuf_t *sb, const char *fmt, ...) FLOW_PRINTF(2, 3);
-
-static void sb_printf(strbuf_t *sb, const char *fmt, ...)
-{
-	if (sb->failed)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	size_t need;
-	if (n < 0 || !flow_add_size(sb->len, (size_t)n + 1, &need) ||
-	    !grow((void **)&sb->buf, &sb->cap, need, 1)) {
-		sb->failed = true;
-		return;
-	}
-	va_start(ap, fmt);
-	vsnprintf(sb->buf + sb->len, sb->cap - sb->len, fmt, ap);
-	va_end(ap);
-	sb->len += (size_t)n;
-}
-
-static void sb_tensor(strbuf_t *sb, const flow_ckpt_tensor_desc_t *desc)
+static void sb_tensor(flow_textrec_buf_t *sb,
+		      const flow_ckpt_tensor_desc_t *desc)
 {
 	char rest[DESC_TEXT_MAX];
 	desc_format(desc, rest, sizeof(rest));
-	sb_printf(sb, "tensor %s %s\n", desc->name, rest);
+	flow_textrec_printf(sb, "tensor %s %s\n", desc->name, rest);
 }
 
-static void sb_shard(strbuf_t *sb, const char *name, const ckpt_shard_t *s)
+static void sb_shard(flow_textrec_buf_t *sb, const char *name,
+		     const ckpt_shard_t *s)
 {
 	char box[BOX_TEXT_MAX], hex[17], file[32];
 	box_format(&s->box, box, sizeof(box));
 	flow_checksum_format(s->sum, hex);
 	rank_file_name(file, sizeof(file), s->rank, "bin");
-	sb_printf(sb, "shard %s %" PRIu32 " %s %s %" PRIu64 " %" PRIu64 " %s\n",
-		  name, s->rank, box, file, s->offset, s->length, hex);
-}
-
-static void sb_end(strbuf_t *sb)
-{
-	if (sb->failed)
-		return;
-	char hex[17];
-	flow_checksum_format(flow_checksum(sb->buf, sb->len), hex);
-	sb_printf(sb, "end %s\n", hex);
+	flow_textrec_printf(sb, "shard %s %" PRIu32 " %s %s %" PRIu64 " %" PRIu64 " %s\n",
+			    name, s->rank, box, file, s->offset, s->length,
+			    hex);
 }
 
 /* ---- paths ---------------------------------------------------------------------- */
@@ -1436,24 +1341,10 @@ flow_err_t flow_ckpt_writer_add(flow_ckpt_writer_t *w,
 				     w->bin_path);
 	if ((err = desc_check(desc, diag)) != FLOW_OK)
 		return err;
-	flow_ckpt_box_t whole;
-	if (!box) {
-		flow_ckpt_box_whole(&desc->shape, &whole);
-		box = &whole;
-	}
-	char shape[SHAPE_TEXT_MAX], text[BOX_TEXT_MAX];
-	if (!box_inside(box, &desc->shape)) {
-		flow_shape_format(&desc->shape, shape, sizeof(shape));
-		if (box->ndim != desc->shape.ndim)
-			return flow_diag_set(diag, FLOW_ERR_USAGE,
-					     "tensor '%s': box has %d dimensions, the shape %s has %d",
-					     desc->name, box->ndim, shape,
-					     desc->shape.ndim);
-		box_format(box, text, sizeof(text));
-		return flow_diag_set(diag, FLOW_ERR_USAGE,
-				     "tensor '%s': box %s is outside its shape %s",
-				     desc->name, text, shape);
-	}
+	flow_ckpt_box_t want;
+	if ((err = caller_box(desc, box, &want, diag)) != FLOW_OK)
+		return err;
+	box = &want;
 	long t = cat_find(&w->cat, desc->name);
 	if (t >= 0 && !desc_equal(&w->cat.tensors[t].desc, desc)) {
 		char a[DESC_TEXT_MAX], b[DESC_TEXT_MAX];
@@ -1507,7 +1398,7 @@ out_mark_failed:
 
 /* The index text: each tensor once, followed by its shards in the order
  * they were written. */
-static flow_err_t writer_index(flow_ckpt_writer_t *w, strbuf_t *sb,
+static flow_err_t writer_index(flow_ckpt_writer_t *w, flow_textrec_buf_t *sb,
 			       flow_diag_t *diag)
 {
 	catalog_t *c = &w->cat;
@@ -1529,15 +1420,15 @@ static flow_err_t writer_index(flow_ckpt_writer_t *w, strbuf_t *sb,
 	}
 	for (size_t i = 0; i < c->nshards; i++)
 		order[at[c->shards[i].tensor]++] = &c->shards[i];
-	sb_printf(sb, "%s %d\nrank %" PRIu32 "\n", INDEX_MAGIC,
-		  FLOW_CKPT_FORMAT_VERSION, w->rank);
+	flow_textrec_printf(sb, "%s %d\nrank %" PRIu32 "\n", INDEX_MAGIC,
+			    FLOW_CKPT_FORMAT_VERSION, w->rank);
 	pos = 0;
 	for (size_t t = 0; t < c->ntensors; t++) {
 		sb_tensor(sb, &c->tensors[t].desc);
 		for (size_t i = 0; i < c->tensors[t].count; i++)
 			sb_shard(sb, c->tensors[t].desc.name, order[pos++]);
 	}
-	sb_end(sb);
+	flow_textrec_seal(sb, &ckpt_format);
 	free(order);
 	free(at);
 	if (sb->failed)
@@ -1548,7 +1439,7 @@ static flow_err_t writer_index(flow_ckpt_writer_t *w, strbuf_t *sb,
 flow_err_t flow_ckpt_writer_finish(flow_ckpt_writer_t *w, flow_diag_t *diag)
 {
 	flow_err_t err;
-	strbuf_t sb = { 0 };
+	flow_textrec_buf_t sb = FLOW_TEXTREC_BUF_INIT;
 	if (w->failed) {
 		err = flow_diag_set(diag, FLOW_ERR_USAGE,
 				    "cannot finish '%s': an earlier write to it failed",
@@ -1571,7 +1462,7 @@ flow_err_t flow_ckpt_writer_finish(flow_ckpt_writer_t *w, flow_diag_t *diag)
 out_abort:
 	flow_atomic_file_abort(w->bin);
 out_free:
-	free(sb.buf);
+	flow_textrec_buf_release(&sb);
 	writer_destroy(w);
 	return err;
 }
@@ -1675,7 +1566,7 @@ flow_err_t flow_ckpt_commit(const char *step_dir, uint64_t step,
 	doc_t *docs = NULL;
 	char *path = NULL, *text = NULL;
 	catalog_t merged;
-	strbuf_t sb = { 0 };
+	flow_textrec_buf_t sb = FLOW_TEXTREC_BUF_INIT;
 	memset(&merged, 0, sizeof(merged));
 	where_t w = { .manifest = NULL, .dir = step_dir };
 	if (nranks == 0)
@@ -1717,13 +1608,14 @@ flow_err_t flow_ckpt_commit(const char *step_dir, uint64_t step,
 					diag)) != FLOW_OK)
 			goto out_free;
 
-	sb_printf(&sb, "%s %d\nstep %" PRIu64 "\n", CKPT_MAGIC,
-		  FLOW_CKPT_FORMAT_VERSION, step);
+	flow_textrec_printf(&sb, "%s %d\nstep %" PRIu64 "\n", CKPT_MAGIC,
+			    FLOW_CKPT_FORMAT_VERSION, step);
 	for (size_t i = 0; i < nkv; i++) {
 		if (kv[i].value[0])
-			sb_printf(&sb, "state %s %s\n", kv[i].key, kv[i].value);
+			flow_textrec_printf(&sb, "state %s %s\n", kv[i].key,
+					    kv[i].value);
 		else
-			sb_printf(&sb, "state %s\n", kv[i].key);
+			flow_textrec_printf(&sb, "state %s\n", kv[i].key);
 	}
 	for (size_t t = 0; t < merged.ntensors; t++) {
 		const ckpt_tensor_t *mt = &merged.tensors[t];
@@ -1731,7 +1623,7 @@ flow_err_t flow_ckpt_commit(const char *step_dir, uint64_t step,
 		for (size_t i = 0; i < mt->count; i++)
 			sb_shard(&sb, mt->desc.name, &merged.shards[mt->first + i]);
 	}
-	sb_end(&sb);
+	flow_textrec_seal(&sb, &ckpt_format);
 	if (sb.failed) {
 		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
 		goto out_free;
@@ -1748,7 +1640,7 @@ flow_err_t flow_ckpt_commit(const char *step_dir, uint64_t step,
 	err = fsync_parent(step_dir, diag);
 
 out_free:
-	free(sb.buf);
+	flow_textrec_buf_release(&sb);
 	cat_release(&merged);
 	for (uint32_t r = 0; r < nranks; r++)
 		doc_release(&docs[r]);
@@ -1962,24 +1854,10 @@ flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
 				     ckpt->dir, index, ckpt->cat.ntensors);
 	const ckpt_tensor_t *t = &ckpt->cat.tensors[index];
 	const flow_ckpt_tensor_desc_t *desc = &t->desc;
-	flow_ckpt_box_t whole;
-	if (!box) {
-		flow_ckpt_box_whole(&desc->shape, &whole);
-		box = &whole;
-	}
-	if (!box_inside(box, &desc->shape)) {
-		char shape[SHAPE_TEXT_MAX], text[BOX_TEXT_MAX];
-		flow_shape_format(&desc->shape, shape, sizeof(shape));
-		if (box->ndim != desc->shape.ndim)
-			return flow_diag_set(diag, FLOW_ERR_USAGE,
-					     "tensor '%s': box has %d dimensions, the shape %s has %d",
-					     desc->name, box->ndim, shape,
-					     desc->shape.ndim);
-		box_format(box, text, sizeof(text));
-		return flow_diag_set(diag, FLOW_ERR_USAGE,
-				     "tensor '%s': box %s is outside its shape %s",
-				     desc->name, text, shape);
-	}
+	flow_ckpt_box_t want;
+	if ((err = caller_box(desc, box, &want, diag)) != FLOW_OK)
+		return err;
+	box = &want;
 	size_t elsize = flow_dtype_size(desc->dtype);
 	if (box_volume(box) == 0)
 		return FLOW_OK;

@@ -27,5 +27,8 @@
 #include <flow/optim.h>
 #include <flow/ckpt.h>
 #include <flow/train.h>
+#include <flow/sbp.h>
+#include <flow/boxing.h>
+#include <flow/signature.h>
 
 #endif

@@ -70,3 +70,71 @@ const flow_op_info_t flow_op_add_backward_info = {
 		.scratch = flow_op_no_scratch,
 	},
 };
+
+/* ---- SBP signatures ---------------------------------------------------------
+ *
+ * Per mesh axis, elementwise on equal shapes:
+ *   split    a S(k), b S(k) -> out S(k), any axis k
+ *   partial  a P, b P       -> out P (the sum of sums)
+ * (broadcast_add, lib/ops/broadcast_add.c, is the broadcasting one.) */
+
+static flow_err_t add_sig_rule(const flow_sig_query_t *q,
+			       flow_sig_builder_t *b, flow_diag_t *diag)
+{
+	const flow_shape_t *a = &q->in[A];
+	flow_sig_t *s;
+
+	if (!flow_shape_equal(&q->in[B], a))
+		return flow_sig_mismatch(q, diag, "b", &q->in[B], "a", a, "%s",
+					 flow_shape_text(a).s);
+	if (!flow_shape_equal(&q->out[0], a))
+		return flow_sig_mismatch(q, diag, "out", &q->out[0], "a", a,
+					 "%s", flow_shape_text(a).s);
+	for (int k = 0; k < a->ndim; k++) {
+		s = flow_sig_push(b, "split");
+		s->in[A] = s->in[B] = s->out[0] = FLOW_SIG_S(k);
+	}
+	s = flow_sig_push(b, "partial");
+	s->in[A] = s->in[B] = s->out[0] = FLOW_SIG_P;
+	return FLOW_OK;
+}
+
+const flow_sig_op_t flow_sig_op_add = {
+	.name = "add",
+	.nin = 2,
+	.nin_min = 2,
+	.nout = 1,
+	.nout_min = 1,
+	.in_names = { "a", "b" },
+	.out_names = { "out" },
+	.rule = add_sig_rule,
+};
+
+/* The backward op's, by the adjoint (flow_sig_adjoint): split gives da and
+ * db split as dout; partial reads dout B and gives both B. */
+static flow_err_t add_backward_sig_rule(const flow_sig_query_t *q,
+					flow_sig_builder_t *b,
+					flow_diag_t *diag)
+{
+	flow_sig_query_t f = { .op = "add", .nin = 2, .nout = 1,
+			       .attrs = q->attrs,
+			       .axis_size = q->axis_size };
+
+	f.in[A] = q->out[0];
+	f.in[B] = q->out[1];
+	f.in_present[A] = f.in_present[B] = true;
+	f.out[0] = q->in[0];
+	return flow_sig_adjoint(&f, &flow_sig_op_add, &flow_op_add_info, b,
+				diag);
+}
+
+const flow_sig_op_t flow_sig_op_add_backward = {
+	.name = "add_backward",
+	.nin = 1,
+	.nin_min = 1,
+	.nout = 2,
+	.nout_min = 2,
+	.in_names = { "dout" },
+	.out_names = { "da", "db" },
+	.rule = add_backward_sig_rule,
+};

@@ -109,3 +109,120 @@ const flow_op_info_t flow_op_attention_backward_info = {
 		.scratch = attention_backward_scratch,
 	},
 };
+
+/* ---- SBP signatures ---------------------------------------------------------
+ *
+ * Per mesh axis:
+ *   batch  qkv S(0) -> out S(0), probs S(0)
+ *   heads  qkv S(3) -> out S(2), probs S(1), on the 5-D view only:
+ *          qkv [B,T,3,NH,hs], out [B,T,NH,hs]
+ * In the graph's fused qkv [B,T,3C] a rank's heads are three separate
+ * column ranges (its q, k and v heads), which no split of the last axis
+ * describes; the 5-D view makes them one range of axis 3.  The sequence
+ * never splits: causal attention reads every earlier position. */
+
+static flow_err_t attention_sig_rule(const flow_sig_query_t *q,
+				     flow_sig_builder_t *b, flow_diag_t *diag)
+{
+	const flow_shape_t *qkv = &q->in[0];
+	flow_shape_t out, probs;
+	int64_t B, T, NH, hs;
+	flow_sig_t *s;
+
+	if (qkv->ndim == 3) {
+		int64_t C = qkv->dims[2] / 3;
+
+		if (qkv->dims[2] % 3 != 0)
+			return flow_sig_bad(q, diag,
+					    "qkv %s must be (B,T,3C): %lld is "
+					    "not a multiple of 3",
+					    flow_shape_text(qkv).s,
+					    (long long)qkv->dims[2]);
+		if (q->attrs.heads == 0 || C % q->attrs.heads != 0)
+			return flow_sig_bad(q, diag,
+					    "%u heads do not divide C %lld",
+					    q->attrs.heads, (long long)C);
+		NH = q->attrs.heads;
+		hs = C / NH;
+	} else if (qkv->ndim == 5) {
+		if (qkv->dims[2] != 3)
+			return flow_sig_bad(q, diag,
+					    "qkv %s must be (B,T,3,NH,hs)",
+					    flow_shape_text(qkv).s);
+		NH = qkv->dims[3];
+		hs = qkv->dims[4];
+		if (q->attrs.heads != 0 && q->attrs.heads != NH)
+			return flow_sig_bad(q, diag,
+					    "qkv %s has %lld heads, not %u",
+					    flow_shape_text(qkv).s,
+					    (long long)NH, q->attrs.heads);
+	} else {
+		return flow_sig_bad(q, diag,
+				    "qkv %s must be (B,T,3C) or (B,T,3,NH,hs)",
+				    flow_shape_text(qkv).s);
+	}
+	B = qkv->dims[0];
+	T = qkv->dims[1];
+	if (qkv->ndim == 3)
+		out = (flow_shape_t){ .ndim = 3, .dims = { B, T, NH * hs } };
+	else
+		out = (flow_shape_t){ .ndim = 4, .dims = { B, T, NH, hs } };
+	probs = (flow_shape_t){ .ndim = 4, .dims = { B, NH, T, T } };
+	if (!flow_shape_equal(&q->out[OUT], &out))
+		return flow_sig_mismatch(q, diag, "out", &q->out[OUT], "qkv",
+					 qkv, "%s", flow_shape_text(&out).s);
+	if (q->nout > PROBS && !flow_shape_equal(&q->out[PROBS], &probs))
+		return flow_sig_mismatch(q, diag, "probs", &q->out[PROBS],
+					 "qkv", qkv, "%s",
+					 flow_shape_text(&probs).s);
+
+	s = flow_sig_push(b, "batch");
+	s->in[0] = s->out[OUT] = s->out[PROBS] = FLOW_SIG_S(0);
+	if (qkv->ndim == 5) {
+		s = flow_sig_push(b, "heads");
+		s->in[0] = FLOW_SIG_S(3);
+		s->out[OUT] = FLOW_SIG_S(2);
+		s->out[PROBS] = FLOW_SIG_S(1);
+	}
+	return FLOW_OK;
+}
+
+const flow_sig_op_t flow_sig_op_attention = {
+	.name = "attention",
+	.nin = 1,
+	.nin_min = 1,
+	.nout = 2,
+	.nout_min = 1,
+	.in_names = { "qkv" },
+	.out_names = { "out", "probs" },
+	.rule = attention_sig_rule,
+};
+
+/* The backward op's, by the adjoint (flow_sig_adjoint): dout, qkv and
+ * probs split as forward give dqkv split as qkv. */
+static flow_err_t attention_backward_sig_rule(const flow_sig_query_t *q,
+					      flow_sig_builder_t *b,
+					      flow_diag_t *diag)
+{
+	flow_sig_query_t f = { .op = "attention", .nin = 1, .nout = 2,
+			       .attrs = q->attrs,
+			       .axis_size = q->axis_size };
+
+	f.in[0] = q->in[1];
+	f.in_present[0] = true;
+	f.out[OUT] = q->in[0];
+	f.out[PROBS] = q->in[2];
+	return flow_sig_adjoint(&f, &flow_sig_op_attention,
+				&flow_op_attention_info, b, diag);
+}
+
+const flow_sig_op_t flow_sig_op_attention_backward = {
+	.name = "attention_backward",
+	.nin = 3,
+	.nin_min = 3,
+	.nout = 1,
+	.nout_min = 1,
+	.in_names = { "dout", "qkv", "probs" },
+	.out_names = { "dqkv" },
+	.rule = attention_backward_sig_rule,
+};

@@ -90,3 +90,92 @@ const flow_op_info_t flow_op_cross_entropy_info = {
 	.i32_in = 1u << TARGETS,
 	.inplace_grad_out = 1u << DLOGITS,
 };
+
+/* ---- SBP signatures ---------------------------------------------------------
+ *
+ * Per mesh axis, one loss per row of logits[...,Vp]:
+ *   rows   logits S(i) (i a row axis), targets S(i)
+ *          -> losses S(j), dlogits S(i)
+ *   vocab  logits S(last), targets B -> losses P, dlogits S(last)
+ * rows: losses are flattened to [N], so S(i) reaches them only where
+ * reshaping the row axes to the losses' shape carries it
+ * (flow_sig_reshape_map), as for layernorm's statistics.
+ * vocab is OneFlow's model-split sparse_softmax_cross_entropy_ms: the
+ * padded vocabulary Vp is what is split (the kernel masks the columns
+ * >= attrs.vocab on the rank whose part holds them, by global column), and
+ * the log-sum-exp of a row spans the ranks.  OneFlow gathers the per-rank
+ * row maxima and all-reduces the sums of exponentials; fused here, each
+ * rank sends its row maximum and its sum of exp(x - that maximum), one
+ * all-gather of 2 floats per row (gather_bytes = 8 N, N the query's rows),
+ * from which every rank forms the global log-sum-exp and its own part of
+ * softmax - onehot (dlogits, split as the logits).  The loss of a row is
+ * then lse - logit[target] on the rank holding the target column and 0
+ * elsewhere: P.  The optional second output dlogits (the graph op's
+ * in-place logits gradient) is split as the logits in both forms. */
+
+enum { CE_LOSSES, CE_DLOGITS };
+
+/* Bytes each rank contributes per row to the vocab form's all-gather:
+ * its row maximum and its sum of exponentials, f32. */
+#define CE_GATHER_BYTES_PER_ROW 8
+
+static flow_err_t cross_entropy_sig_rule(const flow_sig_query_t *q,
+					 flow_sig_builder_t *b,
+					 flow_diag_t *diag)
+{
+	const flow_shape_t *x = &q->in[LOGITS], *losses = &q->out[CE_LOSSES];
+	flow_shape_t rows;
+	int64_t Vp, n_rows, n_losses;
+	int map[FLOW_MAX_DIMS];
+	flow_err_t err;
+	flow_sig_t *s;
+
+	if ((err = flow_sig_check_rank(q, "logits", x, -1, "(...,Vp)", diag)))
+		return err;
+	Vp = x->dims[x->ndim - 1];
+	rows = *x;
+	rows.dims[--rows.ndim] = 0;
+	if (!flow_shape_equal(&q->in[TARGETS], &rows))
+		return flow_sig_mismatch(q, diag, "targets", &q->in[TARGETS],
+					 "logits", x, "%s",
+					 flow_shape_text(&rows).s);
+	if (q->attrs.vocab > Vp)
+		return flow_sig_bad(q, diag,
+				    "vocab %u is more than Vp %lld",
+				    q->attrs.vocab, (long long)Vp);
+	if (!flow_sig_numel(&rows, &n_rows) ||
+	    !flow_sig_numel(losses, &n_losses) || n_rows != n_losses)
+		return flow_sig_mismatch(q, diag, "losses", losses, "logits",
+					 x, "one loss per row, %zu",
+					 flow_shape_rows(x));
+	if (q->nout > CE_DLOGITS && !flow_shape_equal(&q->out[CE_DLOGITS], x))
+		return flow_sig_mismatch(q, diag, "dlogits", &q->out[CE_DLOGITS],
+					 "logits", x, "%s",
+					 flow_shape_text(x).s);
+
+	flow_sig_reshape_map(&rows, losses, q->axis_size, map);
+	for (int i = 0; i < rows.ndim; i++) {
+		if (map[i] < 0)
+			continue;
+		s = flow_sig_push(b, "rows");
+		s->in[LOGITS] = s->in[TARGETS] = FLOW_SIG_S(i);
+		s->out[CE_LOSSES] = FLOW_SIG_S(map[i]);
+		s->out[CE_DLOGITS] = FLOW_SIG_S(i);
+	}
+	s = flow_sig_push(b, "vocab");
+	s->in[LOGITS] = s->out[CE_DLOGITS] = FLOW_SIG_S(x->ndim - 1);
+	s->out[CE_LOSSES] = FLOW_SIG_P;
+	s->gather_bytes = (uint64_t)n_rows * CE_GATHER_BYTES_PER_ROW;
+	return FLOW_OK;
+}
+
+const flow_sig_op_t flow_sig_op_cross_entropy = {
+	.name = "cross_entropy",
+	.nin = 2,
+	.nin_min = 2,
+	.nout = 2,
+	.nout_min = 1,
+	.in_names = { "logits", "targets" },
+	.out_names = { "losses", "dlogits" },
+	.rule = cross_entropy_sig_rule,
+};

@@ -64,3 +64,63 @@ const flow_op_info_t flow_op_gelu_backward_info = {
 		.scratch = flow_op_no_scratch,
 	},
 };
+
+/* ---- SBP signatures ---------------------------------------------------------
+ *
+ * Per mesh axis, elementwise: split  x S(k) -> out S(k), any axis k.  No
+ * P form: gelu is not linear. */
+
+static flow_err_t gelu_sig_rule(const flow_sig_query_t *q,
+				flow_sig_builder_t *b, flow_diag_t *diag)
+{
+	const flow_shape_t *x = &q->in[0];
+
+	if (!flow_shape_equal(&q->out[0], x))
+		return flow_sig_mismatch(q, diag, "out", &q->out[0], "x", x,
+					 "%s", flow_shape_text(x).s);
+	for (int k = 0; k < x->ndim; k++) {
+		flow_sig_t *s = flow_sig_push(b, "split");
+
+		s->in[0] = s->out[0] = FLOW_SIG_S(k);
+	}
+	return FLOW_OK;
+}
+
+const flow_sig_op_t flow_sig_op_gelu = {
+	.name = "gelu",
+	.nin = 1,
+	.nin_min = 1,
+	.nout = 1,
+	.nout_min = 1,
+	.in_names = { "x" },
+	.out_names = { "out" },
+	.rule = gelu_sig_rule,
+};
+
+/* The backward op's, by the adjoint (flow_sig_adjoint): dout, x and dx
+ * split alike. */
+static flow_err_t gelu_backward_sig_rule(const flow_sig_query_t *q,
+					 flow_sig_builder_t *b,
+					 flow_diag_t *diag)
+{
+	flow_sig_query_t f = { .op = "gelu", .nin = 1, .nout = 1,
+			       .attrs = q->attrs,
+			       .axis_size = q->axis_size };
+
+	f.in[0] = q->in[1];
+	f.in_present[0] = true;
+	f.out[0] = q->in[0];
+	return flow_sig_adjoint(&f, &flow_sig_op_gelu, &flow_op_gelu_info, b,
+				diag);
+}
+
+const flow_sig_op_t flow_sig_op_gelu_backward = {
+	.name = "gelu_backward",
+	.nin = 2,
+	.nin_min = 2,
+	.nout = 1,
+	.nout_min = 1,
+	.in_names = { "dout", "x" },
+	.out_names = { "dx" },
+	.rule = gelu_backward_sig_rule,
+};

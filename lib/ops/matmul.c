@@ -103,3 +103,122 @@ const flow_op_info_t flow_op_matmul_backward_info = {
 		.scratch = flow_op_no_scratch,
 	},
 };
+
+/* ---- SBP signatures ---------------------------------------------------------
+ *
+ * Per mesh axis, out[...,O] = x[...,I] . weight[O,I]^T + bias[O]:
+ *   data     x S(k) (any leading axis k), weight B, bias B  -> out S(k)
+ *   column   x B, weight S(0) (O split), bias S(0)         -> out S(last)
+ *   row      x S(last) (I split), weight S(1), bias P      -> out P
+ *   partial  x P, weight B, bias P                         -> out P
+ *   partial  x B, weight P, bias P                         -> out P
+ * The three P forms are exact because every rank adds its own addend of
+ * the bias: the sum over ranks of x_r . w_r^T + b_r is x . w^T + b.  A
+ * bias held whole (B, as parameters are) becomes P for free by boxing
+ * (zeros on all but the first rank of the axis), which is Megatron's
+ * "add the bias once, after the all-reduce" without a rank-aware kernel.
+ * Without a bias the forms are the same, less the bias. */
+
+enum { MM_OUT };
+
+static flow_err_t matmul_sig_rule(const flow_sig_query_t *q,
+				  flow_sig_builder_t *b, flow_diag_t *diag)
+{
+	const flow_shape_t *x = &q->in[X], *w = &q->in[WEIGHT];
+	bool has_bias = q->nin > BIAS && q->in_present[BIAS];
+	flow_shape_t want;
+	flow_err_t err;
+	flow_sig_t *s;
+
+	if ((err = flow_sig_check_rank(q, "x", x, -1, "(...,I)", diag)) ||
+	    (err = flow_sig_check_rank(q, "weight", w, 2, "(O,I)", diag)))
+		return err;
+	int n = x->ndim;
+	int64_t in_dim = x->dims[n - 1], out_dim = w->dims[0];
+
+	if (w->dims[1] != in_dim)
+		return flow_sig_mismatch(q, diag, "weight", w, "x", x,
+					 "(O,%lld)", (long long)in_dim);
+	if (has_bias) {
+		const flow_shape_t *bias = &q->in[BIAS];
+
+		if ((err = flow_sig_check_rank(q, "bias", bias, 1, "(O)",
+					       diag)))
+			return err;
+		if (bias->dims[0] != out_dim)
+			return flow_sig_mismatch(q, diag, "bias", bias,
+						 "weight", w, "(%lld)",
+						 (long long)out_dim);
+	}
+	want = *x;
+	want.dims[n - 1] = out_dim;
+	if (!flow_shape_equal(&q->out[MM_OUT], &want))
+		return flow_sig_mismatch(q, diag, "out", &q->out[MM_OUT], "x",
+					 x, "%s", flow_shape_text(&want).s);
+
+	for (int k = 0; k + 1 < n; k++) {
+		s = flow_sig_push(b, "data");
+		s->in[X] = FLOW_SIG_S(k);
+		s->out[MM_OUT] = FLOW_SIG_S(k);
+	}
+	s = flow_sig_push(b, "column");
+	s->in[WEIGHT] = s->in[BIAS] = FLOW_SIG_S(0);
+	s->out[MM_OUT] = FLOW_SIG_S(n - 1);
+	s = flow_sig_push(b, "row");
+	s->in[X] = FLOW_SIG_S(n - 1);
+	s->in[WEIGHT] = FLOW_SIG_S(1);
+	s->in[BIAS] = s->out[MM_OUT] = FLOW_SIG_P;
+	s = flow_sig_push(b, "partial");
+	s->in[X] = s->in[BIAS] = s->out[MM_OUT] = FLOW_SIG_P;
+	s = flow_sig_push(b, "partial");
+	s->in[WEIGHT] = s->in[BIAS] = s->out[MM_OUT] = FLOW_SIG_P;
+	return FLOW_OK;
+}
+
+const flow_sig_op_t flow_sig_op_matmul = {
+	.name = "matmul",
+	.nin = 3,
+	.nin_min = 2,
+	.nout = 1,
+	.nout_min = 1,
+	.optional_in = 1u << BIAS,
+	.in_names = { "x", "weight", "bias" },
+	.out_names = { "out" },
+	.rule = matmul_sig_rule,
+};
+
+/* The backward op's, by the adjoint of each forward signature
+ * (flow_sig_adjoint): data gives dweight and dbias P; column gives dx P
+ * and dweight, dbias S(0); row reads dout B and gives dx S(last),
+ * dweight S(1), dbias B; the partial forms read dout B.  The forward
+ * query is rebuilt from the backward one: the bias existed when its
+ * gradient is listed (flow_sig_query_of_op drops it otherwise). */
+static flow_err_t matmul_backward_sig_rule(const flow_sig_query_t *q,
+					   flow_sig_builder_t *b,
+					   flow_diag_t *diag)
+{
+	flow_sig_query_t f = { .op = "matmul", .nin = 3, .nout = 1,
+			       .attrs = q->attrs,
+			       .axis_size = q->axis_size };
+
+	f.in[X] = q->in[1];
+	f.in[WEIGHT] = q->in[2];
+	f.in_present[X] = f.in_present[WEIGHT] = true;
+	f.in_present[BIAS] = q->nout > 2;
+	if (f.in_present[BIAS])
+		f.in[BIAS] = q->out[2];
+	f.out[MM_OUT] = q->in[0];
+	return flow_sig_adjoint(&f, &flow_sig_op_matmul, &flow_op_matmul_info,
+				b, diag);
+}
+
+const flow_sig_op_t flow_sig_op_matmul_backward = {
+	.name = "matmul_backward",
+	.nin = 3,
+	.nin_min = 3,
+	.nout = 3,
+	.nout_min = 2,
+	.in_names = { "dout", "x", "weight" },
+	.out_names = { "dx", "dweight", "dbias" },
+	.rule = matmul_backward_sig_rule,
+};

@@ -8,6 +8,7 @@
 
 #include <flow/mem.h>
 #include <flow/ops.h>
+#include <flow/signature.h>
 
 /* A backward op reads dout and then tensors of its forward op, named by
  * these references into the forward op's inputs and outputs. */
@@ -117,6 +118,122 @@ static inline const flow_graph_op_t *flow_op_forward_of(const flow_graph_t *g,
 {
 	return &g->ops[op->forward];
 }
+
+/* ---- SBP signatures (flow/signature.h) ---------------------------------- */
+
+/* Where an op's rule writes its 1-D signatures: flow_sig_push() appends
+ * one.  Room for FLOW_SIG_MAX - 1, the last slot being the all-broadcast
+ * signature flow_sig_list() appends; a rule that writes more sets overflow
+ * (its extra signatures go to sink), which flow_sig_list() reports. */
+typedef struct flow_sig_builder {
+	const flow_sig_query_t *query;
+	flow_sig_t *sigs;
+	int n;
+	bool overflow;
+	flow_sig_t sink;
+} flow_sig_builder_t;
+
+/* The signatures of one op, defined in the op's file (lib/ops/<op>.c) and
+ * listed by name in lib/ops/signature.c.  Before calling rule,
+ * flow_sig_list() has checked the counts (nin_min <= query->nin <= nin,
+ * the same for outputs), that every input below query->nin that is not in
+ * optional_in is present, and that every shape has 0..FLOW_MAX_DIMS
+ * non-negative dimensions.  The rule checks the shapes and attributes
+ * (FLOW_ERR_USAGE with one line naming the op and the tensor, through
+ * flow_sig_bad() and friends) and pushes its signatures, without the
+ * all-broadcast one; flow_sig_list() drops duplicates, sets absent
+ * inputs to B and appends all-broadcast. */
+typedef struct flow_sig_op {
+	const char *name;          /* "matmul", "reshape" */
+	int nin, nout;             /* the most inputs and outputs */
+	int nin_min, nout_min;     /* the fewest: a trailing optional input
+				    * may be left out (matmul's bias), and
+				    * trailing by-products not asked for
+				    * (layernorm's mean and rstd) */
+	uint32_t optional_in;      /* bit i: input i may be absent */
+	const char *in_names[FLOW_SIG_MAX_IO];
+	const char *out_names[FLOW_SIG_MAX_IO];
+	flow_err_t (*rule)(const flow_sig_query_t *q, flow_sig_builder_t *b,
+			   flow_diag_t *diag);
+} flow_sig_op_t;
+
+/* One per op, defined next to the op (the graph ops' files, and the
+ * signature-only files reshape.c, transpose.c, reduce.c, bias_add.c,
+ * broadcast_add.c). */
+extern const flow_sig_op_t flow_sig_op_embedding;
+extern const flow_sig_op_t flow_sig_op_embedding_backward;
+extern const flow_sig_op_t flow_sig_op_layernorm;
+extern const flow_sig_op_t flow_sig_op_layernorm_backward;
+extern const flow_sig_op_t flow_sig_op_layernorm_param_grad;
+extern const flow_sig_op_t flow_sig_op_matmul;
+extern const flow_sig_op_t flow_sig_op_matmul_backward;
+extern const flow_sig_op_t flow_sig_op_attention;
+extern const flow_sig_op_t flow_sig_op_attention_backward;
+extern const flow_sig_op_t flow_sig_op_gelu;
+extern const flow_sig_op_t flow_sig_op_gelu_backward;
+extern const flow_sig_op_t flow_sig_op_add;
+extern const flow_sig_op_t flow_sig_op_add_backward;
+extern const flow_sig_op_t flow_sig_op_cross_entropy;
+extern const flow_sig_op_t flow_sig_op_reshape;
+extern const flow_sig_op_t flow_sig_op_transpose;
+extern const flow_sig_op_t flow_sig_op_reduce_sum;
+extern const flow_sig_op_t flow_sig_op_reduce_mean;
+extern const flow_sig_op_t flow_sig_op_bias_add;
+extern const flow_sig_op_t flow_sig_op_broadcast_add;
+
+/* SBP values for the rules. */
+#define FLOW_SIG_S(k) ((flow_sbp_t){ .kind = FLOW_SBP_SPLIT, .axis = (k) })
+#define FLOW_SIG_B ((flow_sbp_t){ .kind = FLOW_SBP_BROADCAST, .axis = 0 })
+#define FLOW_SIG_P ((flow_sbp_t){ .kind = FLOW_SBP_PARTIAL, .axis = 0 })
+
+/* Append a signature named name (a string literal) with every input and
+ * output B and no gather bytes; the rule then sets what differs.  Never
+ * NULL. */
+flow_sig_t *flow_sig_push(flow_sig_builder_t *b, const char *name);
+
+/* "<op>: <fmt...>" as FLOW_ERR_USAGE. */
+flow_err_t flow_sig_bad(const flow_sig_query_t *q, flow_diag_t *diag,
+			const char *fmt, ...) FLOW_PRINTF(3, 4);
+/* Tensor `name` of shape s must have ndim dimensions (ndim < 0: at least
+ * one): "<op>: <name> <shape> must be <form>" otherwise. */
+flow_err_t flow_sig_check_rank(const flow_sig_query_t *q, const char *name,
+			       const flow_shape_t *s, int ndim,
+			       const char *form, flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+/* "<op>: <bad> <shape> does not match <ref> <shape>: expected <expect>",
+ * as FLOW_ERR_USAGE (the graph's shape-rule wording). */
+flow_err_t flow_sig_mismatch(const flow_sig_query_t *q, flow_diag_t *diag,
+			     const char *bad, const flow_shape_t *bad_shape,
+			     const char *ref, const flow_shape_t *ref_shape,
+			     const char *expect_fmt, ...) FLOW_PRINTF(7, 8);
+/* Element count of s; false when it does not fit an int64_t. */
+bool flow_sig_numel(const flow_shape_t *s, int64_t *numel_out);
+
+/* OneFlow's reshape rule (lib/ops/reshape.c): for x reshaped to y (equal
+ * element counts), map_out[i] is the axis of y that S(i) of x becomes, or
+ * -1 when splitting axis i of x gives no split of y.  Size-1 axes are
+ * dropped; walking both shapes from the last axis with running products,
+ * each point where the products agree closes a group, and the group's
+ * first (outermost) axes map onto each other when their extents are equal,
+ * or when axis_size > 0 divides both (the balanced parts then hold the
+ * same elements).  axis_size 0 (unknown) allows equal extents only. */
+void flow_sig_reshape_map(const flow_shape_t *x, const flow_shape_t *y,
+			  int64_t axis_size, int map_out[FLOW_MAX_DIMS]);
+
+/* The signatures of a backward op from those of its forward op
+ * (fwd_query, answered by fwd_op), wired as flow_op_backward_rule wires
+ * the backward op of fwd_info (in: dout, then the saved tensors; out: the
+ * gradients of inputs grad_in_first... in order), by the adjoint of each
+ * forward signature but all-broadcast: dout takes out[0]'s SBP with P
+ * turned into B; a saved tensor keeps its SBP; an input's gradient keeps
+ * S(k), and turns B into P (the forward work was divided, so every rank
+ * holds a part of the sum) and P into B (every addend receives the whole
+ * gradient).  Pushes onto b, whose query is the backward one. */
+flow_err_t flow_sig_adjoint(const flow_sig_query_t *fwd_query,
+			    const flow_sig_op_t *fwd_op,
+			    const flow_op_info_t *fwd_info,
+			    flow_sig_builder_t *b, flow_diag_t *diag)
+	FLOW_MUST_CHECK;
 
 /* ---- graph internals shared by graph.c, autograd.c and memplan.c -------- */
 

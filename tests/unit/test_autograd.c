@@ -50,53 +50,17 @@
 #include <flow/mem.h>
 #include <flow/ops.h>
 
+#include "graphutil.h"
+
 #define STEP 0x1p-7
 #define ATOL 5e-4
 #define RTOL 1e-4
 
-#define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
-#define NDIM(...) ((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)))
-
-static int must(int r, const flow_diag_t *diag)
+/* The graph helpers fail the current test. */
+static void fail_graph(const char *msg)
 {
-	if (r < 0)
-		fail_msg("%s", flow_diag_message(diag));
-	return r;
+	fail_msg("%s", msg);
 }
-
-static int tensor(flow_graph_t *g, const char *name, flow_role_t role,
-		  flow_dtype_t dtype, int ndim, const int64_t *dims)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-
-	return must(flow_graph_add_tensor(g, name, role, dtype, ndim, dims,
-					  &diag),
-		    &diag);
-}
-
-#define PARAM(g, name, ...)                                                \
-	tensor(g, name, FLOW_ROLE_PARAM, FLOW_DTYPE_F32, NDIM(__VA_ARGS__), \
-	       DIMS(__VA_ARGS__))
-#define IDS(g, name, ...)                                                  \
-	tensor(g, name, FLOW_ROLE_INPUT, FLOW_DTYPE_I32, NDIM(__VA_ARGS__), \
-	       DIMS(__VA_ARGS__))
-
-/* Add an op; returns its first output. */
-static int op(flow_graph_t *g, flow_op_kind_t kind, const char *name,
-	      const int *in, int nin, uint32_t heads, uint32_t vocab)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	flow_op_attrs_t attrs = { .heads = heads, .vocab = vocab };
-
-	int i = must(flow_graph_add_op(g, kind, name, in, nin, &attrs, &diag),
-		     &diag);
-
-	return g->ops[i].out[0];
-}
-
-#define OP(g, kind, name, ...)                                             \
-	op(g, kind, name, (const int[]){ __VA_ARGS__ },                    \
-	   (int)(sizeof((int[]){ __VA_ARGS__ }) / sizeof(int)), 0, 0)
 
 /* ---- the checker ------------------------------------------------------------- */
 
@@ -143,7 +107,8 @@ static void check_from(check_t *c, int root)
 	flow_diag_t diag = FLOW_DIAG_INIT;
 
 	c->root = root;
-	c->w = must(flow_graph_backward_from(&c->g, root, &diag), &diag);
+	c->w = graphutil_must(flow_graph_backward_from(&c->g, root, &diag),
+			      &diag);
 	check_exec(c);
 	float *w = flow_exec_tensor(c->x, c->w);
 	for (size_t i = 0; i < flow_graph_tensor_numel(&c->g, c->w); i++)
@@ -155,8 +120,8 @@ static void check_from_loss(check_t *c, int losses, float scale)
 {
 	flow_diag_t diag = FLOW_DIAG_INIT;
 
-	must(flow_graph_set_loss(&c->g, losses, &diag), &diag);
-	must(flow_graph_backward(&c->g, &diag), &diag);
+	graphutil_must(flow_graph_set_loss(&c->g, losses, &diag), &diag);
+	graphutil_must(flow_graph_backward(&c->g, &diag), &diag);
 	check_exec(c);
 	flow_exec_set_loss_scale(c->x, scale);
 	c->scale = (double)scale *
@@ -335,7 +300,8 @@ static void test_autograd_attention_matches_finite_differences(void **state)
 	(void)state;
 	check_init(&c, "attention");
 	int qkv = PARAM(&c.g, "qkv", 2, 4, 18); /* C 6, 2 heads of 3 */
-	check_from(&c, op(&c.g, FLOW_OP_ATTENTION, "attn", &qkv, 1, 2, 0));
+	check_from(&c, graphutil_op(&c.g, FLOW_OP_ATTENTION, "attn", &qkv, 1,
+				    2, 0));
 	check_fill(&c, qkv, 2.0f);
 	check_gradients(&c);
 	check_release(&c);
@@ -381,8 +347,8 @@ static void cross_entropy_check(float scale, const char *what)
 	int b = PARAM(&c.g, "b", 2, 3, 7);
 	int t = IDS(&c.g, "targets", 2, 3);
 	int logits = OP(&c.g, FLOW_OP_ADD, "logits", a, b);
-	int losses = op(&c.g, FLOW_OP_CROSS_ENTROPY, "loss",
-			(const int[]){ logits, t }, 2, 0, 5);
+	int losses = graphutil_op(&c.g, FLOW_OP_CROSS_ENTROPY, "loss",
+				  (const int[]){ logits, t }, 2, 0, 5);
 	check_from_loss(&c, losses, scale);
 	check_ids(&c, t, targets);
 	check_fill(&c, a, 4.0f);
@@ -423,8 +389,8 @@ static void test_autograd_chain_matches_finite_differences(void **state)
 	h = OP(&c.g, FLOW_OP_MATMUL, "proj", h, w2, b2);
 	h = OP(&c.g, FLOW_OP_ADD, "residual", x, h);
 	h = OP(&c.g, FLOW_OP_MATMUL, "head", h, wo, -1);
-	int losses = op(&c.g, FLOW_OP_CROSS_ENTROPY, "loss",
-			(const int[]){ h, t }, 2, 0, 5);
+	int losses = graphutil_op(&c.g, FLOW_OP_CROSS_ENTROPY, "loss",
+				  (const int[]){ h, t }, 2, 0, 5);
 	check_from_loss(&c, losses, 1.0f / 6.0f);
 	/* x reaches the residual twice: through ln and directly. */
 	assert_int_equal(c.g.tensors[x].grad, flow_graph_find(&c.g, "x.grad"));
@@ -457,8 +423,8 @@ static void tied_build(check_t *c, bool tied)
 	int h = OP(&c->g, FLOW_OP_EMBEDDING, "embed", tok, e1, wpe);
 	h = OP(&c->g, FLOW_OP_LAYERNORM, "ln", h, lw, lb);
 	h = OP(&c->g, FLOW_OP_MATMUL, "head", h, e2, -1);
-	int losses = op(&c->g, FLOW_OP_CROSS_ENTROPY, "loss",
-			(const int[]){ h, t }, 2, 0, 6);
+	int losses = graphutil_op(&c->g, FLOW_OP_CROSS_ENTROPY, "loss",
+				  (const int[]){ h, t }, 2, 0, 6);
 	check_from_loss(c, losses, 1.0f / 6.0f);
 	check_ids(c, tok, ids);
 	check_ids(c, t, targets);
@@ -519,7 +485,8 @@ static void test_autograd_only_required_gradients_exist(void **state)
 
 	(void)state;
 	flow_graph_init(&g);
-	int in = tensor(&g, "x", FLOW_ROLE_INPUT, FLOW_DTYPE_F32, 2, DIMS(3, 4));
+	int in = graphutil_tensor(&g, "x", FLOW_ROLE_INPUT, FLOW_DTYPE_F32, 2,
+				  DIMS(3, 4));
 	int w = PARAM(&g, "w", 5, 4);
 	int b = PARAM(&g, "b", 5);
 	int unused = PARAM(&g, "unused", 7);
@@ -531,7 +498,8 @@ static void test_autograd_only_required_gradients_exist(void **state)
 	assert_int_equal(flow_graph_grad_for(&g, z, &diag), -1);
 	assert_int_equal(flow_graph_grad_for(&g, 999, &diag), -1);
 
-	int root = must(flow_graph_backward_from(&g, y, &diag), &diag);
+	int root = graphutil_must(flow_graph_backward_from(&g, y, &diag),
+				  &diag);
 	assert_string_equal(g.tensors[root].name, "mm.out.grad");
 	assert_int_equal(g.tensors[root].role, FLOW_ROLE_INPUT);
 	assert_int_equal(g.tensors[root].grad_of, y);
@@ -650,6 +618,7 @@ int main(void)
 		cmocka_unit_test(test_autograd_refuses_what_it_cannot_differentiate),
 	};
 
+	graphutil_fail = fail_graph;
 	return cmocka_run_group_tests(tests, NULL, NULL) ? EXIT_FAILURE :
 							   EXIT_SUCCESS;
 }

@@ -1041,6 +1041,21 @@ static void test_ckpt_writer_rejects_bad_descs_and_boxes(void **state)
 
 typedef void (*edit_fn)(lines_t *l);
 
+/* Rank 1's wte shard 6:10,0:4, on line n of the manifest or of its index,
+ * made to start a row late (a gap) or a row early (an overlap), its
+ * length following its box. */
+static void shard_gap(lines_t *l, int n)
+{
+	lines_sub(l, n, "6:10,0:4", "7:10,0:4");
+	lines_sub(l, n, " 0 64 ", " 0 48 ");
+}
+
+static void shard_overlap(lines_t *l, int n)
+{
+	lines_sub(l, n, "6:10,0:4", "5:10,0:4");
+	lines_sub(l, n, " 0 64 ", " 0 80 ");
+}
+
 static void e_magic(lines_t *l) { lines_set(l, 1, "flow-chekpoint 1"); }
 static void e_version(lines_t *l) { lines_set(l, 1, "flow-checkpoint 2"); }
 static void e_step(lines_t *l) { lines_set(l, 2, "step 1x"); }
@@ -1063,16 +1078,8 @@ static void e_box_out(lines_t *l) { lines_sub(l, 8, "0:6,0:4", "0:6,0:5"); }
 static void e_box_dims(lines_t *l) { lines_sub(l, 8, "0:6,0:4", "0:6"); }
 static void e_box_syntax(lines_t *l) { lines_sub(l, 8, "0:6,0:4", "6:0,0:4"); }
 static void e_length(lines_t *l) { lines_sub(l, 8, " 0 96 ", " 0 92 "); }
-static void e_gap(lines_t *l)
-{
-	lines_sub(l, 9, "6:10,0:4", "7:10,0:4");
-	lines_sub(l, 9, " 0 64 ", " 0 48 ");
-}
-static void e_overlap(lines_t *l)
-{
-	lines_sub(l, 9, "6:10,0:4", "5:10,0:4");
-	lines_sub(l, 9, " 0 64 ", " 0 80 ");
-}
+static void e_gap(lines_t *l) { shard_gap(l, 9); }
+static void e_overlap(lines_t *l) { shard_overlap(l, 9); }
 static void e_same_rank_twice(lines_t *l)
 {
 	lines_sub(l, 12, "shard bias 1 0:5 rank-00001.bin 64 ",
@@ -1336,16 +1343,8 @@ static void test_ckpt_replica_first_wins_and_verify_checks_all(void **state)
 static void i_rank(lines_t *l) { lines_set(l, 2, "rank 2"); }
 static void i_magic(lines_t *l) { lines_set(l, 1, "flow-checkpoint 1"); }
 static void i_mesh(lines_t *l) { lines_sub(l, 5, " 2 (B)", " 4 (B)"); }
-static void i_gap(lines_t *l)
-{
-	lines_sub(l, 4, "6:10,0:4", "7:10,0:4");
-	lines_sub(l, 4, " 0 64 ", " 0 48 ");
-}
-static void i_overlap(lines_t *l)
-{
-	lines_sub(l, 4, "6:10,0:4", "5:10,0:4");
-	lines_sub(l, 4, " 0 64 ", " 0 80 ");
-}
+static void i_gap(lines_t *l) { shard_gap(l, 4); }
+static void i_overlap(lines_t *l) { shard_overlap(l, 4); }
 static void i_other_rank(lines_t *l)
 {
 	lines_sub(l, 4, "shard wte 1 6:10,0:4 rank-00001.bin",

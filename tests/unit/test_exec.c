@@ -19,6 +19,8 @@
 #include <flow/ops.h>
 #include <flow/rng.h>
 
+#include "graphutil.h"
+
 /* ---- tolerance (CPU against reference) ----------------------------------------
  * The reference kernels round each result once from double; the CPU ones
  * compute in float (BLAS GEMMs, float softmax, tanh and exp to ~1 ulp).
@@ -30,111 +32,21 @@
 #define RTOL 1e-4
 #define ATOL 1e-6
 
-#define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
-#define NDIM(...) ((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)))
-
-static int must(int r, const flow_diag_t *diag)
+/* The graph helpers fail the current test. */
+static void fail_graph(const char *msg)
 {
-	if (r < 0)
-		fail_msg("%s", flow_diag_message(diag));
-	return r;
+	fail_msg("%s", msg);
 }
-
-static int tensor(flow_graph_t *g, const char *name, flow_role_t role,
-		  flow_dtype_t dtype, int ndim, const int64_t *dims,
-		  flow_init_t init)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	int t = must(flow_graph_add_tensor(g, name, role, dtype, ndim, dims,
-					   &diag),
-		     &diag);
-
-	if (role == FLOW_ROLE_PARAM)
-		g->tensors[t].init = init;
-	return t;
-}
-
-static const flow_init_t ZEROS = { FLOW_INIT_ZEROS, 0, 0 };
-static const flow_init_t ONES = { FLOW_INIT_ONES, 0, 0 };
-static const flow_init_t NORMAL = { FLOW_INIT_NORMAL, 0.1f, 0 };
-
-#define PARAM(g, name, init, ...)                                          \
-	tensor(g, name, FLOW_ROLE_PARAM, FLOW_DTYPE_F32, NDIM(__VA_ARGS__), \
-	       DIMS(__VA_ARGS__), init)
-#define IDS(g, name, ...)                                                  \
-	tensor(g, name, FLOW_ROLE_INPUT, FLOW_DTYPE_I32, NDIM(__VA_ARGS__), \
-	       DIMS(__VA_ARGS__), ZEROS)
-
-static int op(flow_graph_t *g, flow_op_kind_t kind, const char *name,
-	      const int *in, int nin, uint32_t heads, uint32_t vocab)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	flow_op_attrs_t attrs = { .heads = heads, .vocab = vocab };
-	int i = must(flow_graph_add_op(g, kind, name, in, nin, &attrs, &diag),
-		     &diag);
-
-	return g->ops[i].out[0];
-}
-
-#define OP(g, kind, name, ...)                                             \
-	op(g, kind, name, (const int[]){ __VA_ARGS__ },                    \
-	   (int)(sizeof((int[]){ __VA_ARGS__ }) / sizeof(int)), 0, 0)
 
 /* ---- a one-block GPT ------------------------------------------------------------ */
 
 enum { B = 2, T = 8, C = 32, NH = 4, V = 50, VP = 64 };
 
-static int linear(flow_graph_t *g, const char *scope, int x, int out, int in)
-{
-	char w[64], b[64];
-
-	snprintf(w, sizeof(w), "%s.weight", scope);
-	snprintf(b, sizeof(b), "%s.bias", scope);
-	return OP(g, FLOW_OP_MATMUL, scope, x, PARAM(g, w, NORMAL, out, in),
-		  PARAM(g, b, NORMAL, out));
-}
-
-static int layernorm(flow_graph_t *g, const char *scope, int x)
-{
-	char w[64], b[64];
-
-	snprintf(w, sizeof(w), "%s.weight", scope);
-	snprintf(b, sizeof(b), "%s.bias", scope);
-	return OP(g, FLOW_OP_LAYERNORM, scope, x, PARAM(g, w, ONES, C),
-		  PARAM(g, b, ZEROS, C));
-}
-
 /* Embedding (wte tied with the head, padded rows), one pre-LN block,
- * ln_f, head, loss; differentiated when backward. */
-static void gpt_build(flow_graph_t *g, bool backward)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-
-	flow_graph_init(g);
-	int tok = IDS(g, "tokens", B, T);
-	int tgt = IDS(g, "targets", B, T);
-	flow_init_t wte_init = { FLOW_INIT_NORMAL, 0.1f, V };
-	int wte = PARAM(g, "wte", wte_init, VP, C);
-	int wpe = PARAM(g, "wpe", NORMAL, T, C);
-	int x = OP(g, FLOW_OP_EMBEDDING, "embed", tok, wte, wpe);
-	int h = layernorm(g, "ln_1", x);
-	h = linear(g, "c_attn", h, 3 * C, C);
-	h = op(g, FLOW_OP_ATTENTION, "attn", &h, 1, NH, 0);
-	h = linear(g, "attn.c_proj", h, C, C);
-	x = OP(g, FLOW_OP_ADD, "residual_1", x, h);
-	h = layernorm(g, "ln_2", x);
-	h = linear(g, "c_fc", h, 4 * C, C);
-	h = OP(g, FLOW_OP_GELU, "gelu", h);
-	h = linear(g, "mlp.c_proj", h, C, 4 * C);
-	x = OP(g, FLOW_OP_ADD, "residual_2", x, h);
-	x = layernorm(g, "ln_f", x);
-	int logits = OP(g, FLOW_OP_MATMUL, "lm_head", x, wte, -1);
-	int losses = op(g, FLOW_OP_CROSS_ENTROPY, "loss",
-			(const int[]){ logits, tgt }, 2, 0, V);
-	must(flow_graph_set_loss(g, losses, &diag), &diag);
-	if (backward)
-		must(flow_graph_backward(g, &diag), &diag);
-}
+ * ln_f, head, loss. */
+static const graphutil_gpt_t gpt_one_block = { .layers = 1, .B = B, .T = T,
+					       .C = C, .heads = NH, .V = V,
+					       .Vp = VP };
 
 static flow_exec_t *exec_new(const flow_graph_t *g, flow_kernel_set_t k)
 {
@@ -184,7 +96,7 @@ static void test_exec_cpu_matches_reference(void **state)
 	double worst = 0.0;
 
 	(void)state;
-	gpt_build(&g, true);
+	graphutil_gpt_build(&g, &gpt_one_block, true);
 	flow_exec_t *cpu = exec_new(&g, FLOW_KERNELS_CPU);
 	flow_exec_t *ref = exec_new(&g, FLOW_KERNELS_REF);
 	exec_feed(cpu);
@@ -263,7 +175,7 @@ static void test_exec_backward_clears_activation_gradients(void **state)
 	flow_graph_t g;
 
 	(void)state;
-	gpt_build(&g, true);
+	graphutil_gpt_build(&g, &gpt_one_block, true);
 	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_CPU);
 	exec_feed(x);
 	/* The embedding's gradient is read by the last op, so it is still
@@ -306,7 +218,7 @@ static void test_exec_param_grads_accumulate_across_passes(void **state)
 	flow_graph_t g;
 
 	(void)state;
-	gpt_build(&g, true);
+	graphutil_gpt_build(&g, &gpt_one_block, true);
 	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_REF);
 	exec_feed(x);
 	flow_exec_zero_param_grads(x);
@@ -345,7 +257,7 @@ static void test_exec_loss_is_the_mean_and_its_scale_scales_gradients(
 	flow_graph_t g;
 
 	(void)state;
-	gpt_build(&g, true);
+	graphutil_gpt_build(&g, &gpt_one_block, true);
 	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_REF);
 	size_t n = param_grads_count(&g);
 
@@ -393,12 +305,13 @@ static void test_exec_init_draws_philox_by_logical_index(void **state)
 	flow_init_t normal = { FLOW_INIT_NORMAL, 0.5f, 0 };
 	flow_init_t rows = { FLOW_INIT_NORMAL, 0.25f, 5 };
 	flow_init_t ones_rows = { FLOW_INIT_ONES, 0, 3 };
+	flow_init_t zeros = { FLOW_INIT_ZEROS, 0, 0 };
 	flow_init_t none = { FLOW_INIT_NONE, 0, 0 };
-	int w = PARAM(&g, "h.0.attn.c_attn.weight", normal, 5, 6);
-	int e = PARAM(&g, "wte", rows, 8, 3);
-	int o = PARAM(&g, "ln.weight", ones_rows, 4, 2);
-	int z = PARAM(&g, "ln.bias", ZEROS, 7);
-	int n = PARAM(&g, "other", none, 3);
+	int w = INIT_PARAM(&g, "h.0.attn.c_attn.weight", normal, 5, 6);
+	int e = INIT_PARAM(&g, "wte", rows, 8, 3);
+	int o = INIT_PARAM(&g, "ln.weight", ones_rows, 4, 2);
+	int z = INIT_PARAM(&g, "ln.bias", zeros, 7);
+	int n = INIT_PARAM(&g, "other", none, 3);
 	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_CPU);
 
 	/* Zero until initialised. */
@@ -444,10 +357,10 @@ static void test_exec_init_depends_on_names_and_seed_only(void **state)
 	(void)state;
 	flow_graph_init(&g1);
 	flow_graph_init(&g2);
-	int a1 = PARAM(&g1, "a", normal, 10, 10);
-	int b1 = PARAM(&g1, "b", normal, 300);
-	int b2 = PARAM(&g2, "b", normal, 300); /* other order, other set */
-	int a2 = PARAM(&g2, "a", normal, 10, 10);
+	int a1 = INIT_PARAM(&g1, "a", normal, 10, 10);
+	int b1 = INIT_PARAM(&g1, "b", normal, 300);
+	int b2 = INIT_PARAM(&g2, "b", normal, 300); /* other order, other set */
+	int a2 = INIT_PARAM(&g2, "a", normal, 10, 10);
 	flow_exec_t *x1 = exec_new(&g1, FLOW_KERNELS_CPU);
 	flow_exec_t *x2 = exec_new(&g2, FLOW_KERNELS_REF);
 	flow_exec_init_params(x1, 5);
@@ -475,7 +388,7 @@ static void test_exec_storage_is_aligned_and_grads_mirror_params(void **state)
 	flow_graph_t g;
 
 	(void)state;
-	gpt_build(&g, true);
+	graphutil_gpt_build(&g, &gpt_one_block, true);
 	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_CPU);
 	const flow_memplan_t *plan = flow_exec_memplan(x);
 	char *first_param = NULL, *first_grad = NULL, *prev = NULL;
@@ -515,7 +428,7 @@ static void test_exec_runs_a_forward_only_graph(void **state)
 	flow_graph_t g;
 
 	(void)state;
-	gpt_build(&g, false);
+	graphutil_gpt_build(&g, &gpt_one_block, false);
 	flow_exec_t *ref = exec_new(&g, FLOW_KERNELS_REF);
 	flow_exec_t *cpu = exec_new(&g, FLOW_KERNELS_CPU);
 	exec_feed(ref);
@@ -526,7 +439,7 @@ static void test_exec_runs_a_forward_only_graph(void **state)
 	assert_true(fabs(lc - lr) <= RTOL * lr);
 	/* Same parameters and tokens as the differentiated graph: same loss. */
 	flow_graph_t gd;
-	gpt_build(&gd, true);
+	graphutil_gpt_build(&gd, &gpt_one_block, true);
 	flow_exec_t *d = exec_new(&gd, FLOW_KERNELS_REF);
 	exec_feed(d);
 	assert_true(flow_exec_forward(d) == lr);
@@ -544,7 +457,7 @@ static void test_exec_new_rejects_bad_graphs_and_kernel_sets(void **state)
 	flow_exec_t *x = (flow_exec_t *)&g; /* must stay untouched */
 
 	(void)state;
-	gpt_build(&g, true);
+	graphutil_gpt_build(&g, &gpt_one_block, true);
 	assert_int_equal(flow_exec_new(&g, (flow_kernel_set_t)7, &x, &diag),
 			 FLOW_ERR_USAGE);
 	assert_string_equal(diag.msg, "unknown kernel set 7");
@@ -568,7 +481,7 @@ static void test_exec_profile_counts_every_op_kind(void **state)
 	double want_flops[FLOW_OP_KIND_COUNT] = { 0 }, step = 0.0;
 
 	(void)state;
-	gpt_build(&g, true);
+	graphutil_gpt_build(&g, &gpt_one_block, true);
 	for (size_t i = 0; i < g.nops; i++) {
 		const flow_op_def_t *def = flow_op_def(g.ops[i].kind);
 		double f = def->flops(&g, &g.ops[i]);
@@ -663,6 +576,7 @@ int main(void)
 		cmocka_unit_test(test_exec_profile_counts_every_op_kind),
 	};
 
+	graphutil_fail = fail_graph;
 	return cmocka_run_group_tests(tests, NULL, NULL) ? EXIT_FAILURE :
 							   EXIT_SUCCESS;
 }

@@ -17,45 +17,13 @@
 #include <flow/graph.h>
 #include <flow/kernels.h>
 
-#define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
-#define NDIM(...) ((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)))
+#include "graphutil.h"
 
-static int must(int r, const flow_diag_t *diag)
+/* The graph helpers fail the current test. */
+static void fail_graph(const char *msg)
 {
-	if (r < 0)
-		fail_msg("%s", flow_diag_message(diag));
-	return r;
+	fail_msg("%s", msg);
 }
-
-static int tensor(flow_graph_t *g, const char *name, flow_role_t role,
-		  flow_dtype_t dtype, int ndim, const int64_t *dims)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-
-	return must(flow_graph_add_tensor(g, name, role, dtype, ndim, dims,
-					  &diag),
-		    &diag);
-}
-
-#define PARAM(g, name, ...)                                                \
-	tensor(g, name, FLOW_ROLE_PARAM, FLOW_DTYPE_F32, NDIM(__VA_ARGS__), \
-	       DIMS(__VA_ARGS__))
-
-/* Add an op; returns its first output. */
-static int op(flow_graph_t *g, flow_op_kind_t kind, const char *name,
-	      const int *in, int nin, uint32_t heads, uint32_t vocab)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	flow_op_attrs_t attrs = { .heads = heads, .vocab = vocab };
-	int i = must(flow_graph_add_op(g, kind, name, in, nin, &attrs, &diag),
-		     &diag);
-
-	return g->ops[i].out[0];
-}
-
-#define OP(g, kind, name, ...)                                             \
-	op(g, kind, name, (const int[]){ __VA_ARGS__ },                    \
-	   (int)(sizeof((int[]){ __VA_ARGS__ }) / sizeof(int)), 0, 0)
 
 static void plan_build(const flow_graph_t *g, flow_memplan_t *plan)
 {
@@ -168,80 +136,11 @@ static void check_plan(const flow_graph_t *g, const flow_memplan_t *p)
 	free(last);
 }
 
-/* ---- a GPT-like graph, by hand ------------------------------------------ */
+/* ---- a GPT-like graph ------------------------------------------------- */
 
-typedef struct gpt_dims {
-	int layers, B, T, C, heads, V, Vp;
-} gpt_dims_t;
-
-static int gpt_linear(flow_graph_t *g, const char *scope, int x, int out,
-		      int in)
-{
-	char w[64], b[64];
-
-	snprintf(w, sizeof(w), "%s.weight", scope);
-	snprintf(b, sizeof(b), "%s.bias", scope);
-	int wi = PARAM(g, w, out, in), bi = PARAM(g, b, out);
-	return OP(g, FLOW_OP_MATMUL, scope, x, wi, bi);
-}
-
-static int gpt_ln(flow_graph_t *g, const char *scope, int x, int C)
-{
-	char w[64], b[64];
-
-	snprintf(w, sizeof(w), "%s.weight", scope);
-	snprintf(b, sizeof(b), "%s.bias", scope);
-	int wi = PARAM(g, w, C), bi = PARAM(g, b, C);
-	return OP(g, FLOW_OP_LAYERNORM, scope, x, wi, bi);
-}
-
-/* GPT-2's graph: embedding, pre-LN blocks, ln_f, tied head, loss. */
-static void gpt_build(flow_graph_t *g, const gpt_dims_t *d)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	char s[64];
-
-	flow_graph_init(g);
-	int tok = tensor(g, "tokens", FLOW_ROLE_INPUT, FLOW_DTYPE_I32, 2,
-			 DIMS(d->B, d->T));
-	int tgt = tensor(g, "targets", FLOW_ROLE_INPUT, FLOW_DTYPE_I32, 2,
-			 DIMS(d->B, d->T));
-	int wte = PARAM(g, "wte", d->Vp, d->C);
-	int wpe = PARAM(g, "wpe", d->T, d->C);
-	int x = OP(g, FLOW_OP_EMBEDDING, "embed", tok, wte, wpe);
-	for (int l = 0; l < d->layers; l++) {
-		snprintf(s, sizeof(s), "h.%d.ln_1", l);
-		int h = gpt_ln(g, s, x, d->C);
-		snprintf(s, sizeof(s), "h.%d.attn.c_attn", l);
-		h = gpt_linear(g, s, h, 3 * d->C, d->C);
-		snprintf(s, sizeof(s), "h.%d.attn", l);
-		h = op(g, FLOW_OP_ATTENTION, s, &h, 1, (uint32_t)d->heads, 0);
-		snprintf(s, sizeof(s), "h.%d.attn.c_proj", l);
-		h = gpt_linear(g, s, h, d->C, d->C);
-		snprintf(s, sizeof(s), "h.%d.residual_1", l);
-		x = OP(g, FLOW_OP_ADD, s, x, h);
-		snprintf(s, sizeof(s), "h.%d.ln_2", l);
-		h = gpt_ln(g, s, x, d->C);
-		snprintf(s, sizeof(s), "h.%d.mlp.c_fc", l);
-		h = gpt_linear(g, s, h, 4 * d->C, d->C);
-		snprintf(s, sizeof(s), "h.%d.mlp.gelu", l);
-		h = OP(g, FLOW_OP_GELU, s, h);
-		snprintf(s, sizeof(s), "h.%d.mlp.c_proj", l);
-		h = gpt_linear(g, s, h, d->C, 4 * d->C);
-		snprintf(s, sizeof(s), "h.%d.residual_2", l);
-		x = OP(g, FLOW_OP_ADD, s, x, h);
-	}
-	x = gpt_ln(g, "ln_f", x, d->C);
-	int logits = OP(g, FLOW_OP_MATMUL, "lm_head", x, wte, -1);
-	int losses = op(g, FLOW_OP_CROSS_ENTROPY, "loss",
-			(const int[]){ logits, tgt }, 2, 0, (uint32_t)d->V);
-	if (flow_graph_set_loss(g, losses, &diag) != FLOW_OK ||
-	    flow_graph_backward(g, &diag) != FLOW_OK)
-		fail_msg("%s", flow_diag_message(&diag));
-}
-
-static const gpt_dims_t gpt_small = { .layers = 3, .B = 2, .T = 8, .C = 24,
-				      .heads = 3, .V = 50, .Vp = 64 };
+static const graphutil_gpt_t gpt_small = { .layers = 3, .B = 2, .T = 8,
+					   .C = 24, .heads = 3, .V = 50,
+					   .Vp = 64 };
 
 static void test_memplan_gpt_graph_never_shares_live_bytes(void **state)
 {
@@ -249,7 +148,7 @@ static void test_memplan_gpt_graph_never_shares_live_bytes(void **state)
 	flow_memplan_t plan;
 
 	(void)state;
-	gpt_build(&g, &gpt_small);
+	graphutil_gpt_build(&g, &gpt_small, true);
 	plan_build(&g, &plan);
 	check_plan(&g, &plan);
 	/* Sharing pays: the arena is well below the sum of the tensors. */
@@ -272,8 +171,8 @@ static void test_memplan_is_deterministic(void **state)
 	flow_memplan_t p1, p2, p3;
 
 	(void)state;
-	gpt_build(&g1, &gpt_small);
-	gpt_build(&g2, &gpt_small);
+	graphutil_gpt_build(&g1, &gpt_small, true);
+	graphutil_gpt_build(&g2, &gpt_small, true);
 	plan_build(&g1, &p1);
 	plan_build(&g1, &p2);
 	plan_build(&g2, &p3);
@@ -337,9 +236,10 @@ static void random_graph(flow_graph_t *g, uint64_t seed)
 					other = pool[k];
 			if (other < 0 || rng_below(&s, 3) == 0) {
 				snprintf(name, sizeof(name), "p%d", nparams++);
-				other = tensor(g, name, FLOW_ROLE_PARAM,
-					       FLOW_DTYPE_F32, sh->ndim,
-					       sh->dims);
+				other = graphutil_tensor(g, name,
+							 FLOW_ROLE_PARAM,
+							 FLOW_DTYPE_F32,
+							 sh->ndim, sh->dims);
 				snprintf(name, sizeof(name), "op%d", i);
 			}
 			y = OP(g, FLOW_OP_ADD, name, x, other);
@@ -364,7 +264,8 @@ static void random_graph(flow_graph_t *g, uint64_t seed)
 		}
 		default: /* attention where the shape allows */
 			if (sh->ndim == 3 && last % 3 == 0)
-				y = op(g, FLOW_OP_ATTENTION, name, &x, 1, 1, 0);
+				y = graphutil_op(g, FLOW_OP_ATTENTION, name,
+						 &x, 1, 1, 0);
 			else
 				y = OP(g, FLOW_OP_GELU, name, x);
 			break;
@@ -378,16 +279,18 @@ static void random_graph(flow_graph_t *g, uint64_t seed)
 		int64_t Vp = sh->dims[sh->ndim - 1];
 		flow_shape_t rows = *sh;
 		rows.ndim--;
-		int tgt = tensor(g, "targets", FLOW_ROLE_INPUT, FLOW_DTYPE_I32,
-				 rows.ndim, rows.dims);
-		int losses = op(g, FLOW_OP_CROSS_ENTROPY, "loss",
-				(const int[]){ last_out, tgt }, 2, 0,
-				(uint32_t)Vp);
+		int tgt = graphutil_tensor(g, "targets", FLOW_ROLE_INPUT,
+					   FLOW_DTYPE_I32, rows.ndim,
+					   rows.dims);
+		int losses = graphutil_op(g, FLOW_OP_CROSS_ENTROPY, "loss",
+					  (const int[]){ last_out, tgt }, 2, 0,
+					  (uint32_t)Vp);
 		if (flow_graph_set_loss(g, losses, &diag) != FLOW_OK ||
 		    flow_graph_backward(g, &diag) != FLOW_OK)
 			fail_msg("%s", flow_diag_message(&diag));
 	} else {
-		must(flow_graph_backward_from(g, last_out, &diag), &diag);
+		graphutil_must(flow_graph_backward_from(g, last_out, &diag),
+			       &diag);
 	}
 }
 
@@ -483,7 +386,8 @@ static void test_memplan_live_ranges_follow_program_order(void **state)
 	flow_graph_live_range(&g, y1, &first, &last);
 	assert_int_equal(first, 1);
 	assert_int_equal(last, 1);
-	int root = must(flow_graph_backward_from(&g, y1, &diag), &diag);
+	int root = graphutil_must(flow_graph_backward_from(&g, y1, &diag),
+				  &diag);
 	/* ops: 0 g0, 1 g1, 2 g1.backward (root, y0 -> y0.grad),
 	 * 3 g0.backward (y0.grad, x -> x.grad) */
 	assert_int_equal(g.nops, 4);
@@ -516,12 +420,12 @@ static void test_memplan_keeps_losses_to_the_end(void **state)
 	(void)state;
 	flow_graph_init(&g);
 	int x = PARAM(&g, "x", 4, 8);
-	int t = tensor(&g, "t", FLOW_ROLE_INPUT, FLOW_DTYPE_I32, 1, DIMS(4));
+	int t = IDS(&g, "t", 4);
 	int logits = OP(&g, FLOW_OP_GELU, "g", x);
-	int losses = op(&g, FLOW_OP_CROSS_ENTROPY, "loss",
-			(const int[]){ logits, t }, 2, 0, 8);
-	must(flow_graph_set_loss(&g, losses, &diag), &diag);
-	must(flow_graph_backward(&g, &diag), &diag);
+	int losses = graphutil_op(&g, FLOW_OP_CROSS_ENTROPY, "loss",
+				  (const int[]){ logits, t }, 2, 0, 8);
+	graphutil_must(flow_graph_set_loss(&g, losses, &diag), &diag);
+	graphutil_must(flow_graph_backward(&g, &diag), &diag);
 	plan_build(&g, &plan);
 	check_plan(&g, &plan);
 	/* x.grad is a param grad: the only transient after the loss op is
@@ -559,6 +463,7 @@ int main(void)
 		cmocka_unit_test(test_memplan_empty_graph),
 	};
 
+	graphutil_fail = fail_graph;
 	return cmocka_run_group_tests(tests, NULL, NULL) ? EXIT_FAILURE :
 							   EXIT_SUCCESS;
 }

@@ -1,0 +1,1171 @@
+/* flow-plan: show what a distributed layout means before training with it.
+ * Three modes, chosen by option: --slices (the box of a tensor each rank
+ * holds under an nd-SBP), --boxing (the steps and costs of converting one
+ * layout into another, and with --verify a run of them in the reference
+ * executor) and --signatures (the SBP signatures of an op).  Plan files
+ * (--model, --check, --explain) arrive with flow-plan(5).  The work lives
+ * in lib/sbp.c, lib/boxing.c, lib/boxing_sim.c and lib/ops/signature.c;
+ * this file parses, validates, calls and reports. */
+#include <config.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flow/boxing.h>
+#include <flow/log.h>
+#include <flow/mem.h>
+#include <flow/sbp.h>
+#include <flow/signature.h>
+#include <flow/tensor.h>
+
+#include "tool.h"
+
+#define DEFAULT_LIMIT 10
+/* --verify keeps every simulated rank's pieces in this process. */
+#define VERIFY_MAX_RANKS 65536
+
+static const char help_text[] =
+	"Usage: flow-plan --slices SHAPE --mesh MESH --sbp NDSBP [--dtype T]\n"
+	"       flow-plan --boxing SHAPE --mesh MESH --from NDSBP --to NDSBP [options]\n"
+	"       flow-plan --signatures OP --shapes 'IN;...->OUT;...' [options]\n"
+	"Show what a distributed layout means before training with it: the part\n"
+	"of a tensor each rank holds, the steps and costs of converting one\n"
+	"layout into another, and the layouts an op accepts.  Output is TSV\n"
+	"after '#' lines describing the query, or --json.\n"
+	"\n"
+	"Slices:\n"
+	"      --slices SHAPE     the logical shape: 6x8 or (6,8)\n"
+	"      --mesh MESH        the mesh: 2x2, 2x4:dp,tp, 2x4@8 (ranks 8-15)\n"
+	"      --sbp NDSBP        one SBP per mesh axis: (S(0),B); S(k) split along\n"
+	"                         dimension k, B broadcast, P partial sum\n"
+	"      --dtype T          element type for byte counts [f32]\n"
+	"\n"
+	"Boxing:\n"
+	"      --boxing SHAPE     the logical shape of the tensor to convert\n"
+	"      --mesh MESH        the placement it starts on\n"
+	"      --from NDSBP       its nd-SBP there\n"
+	"      --to NDSBP         the nd-SBP wanted\n"
+	"      --to-mesh MESH     the placement wanted [--mesh]\n"
+	"      --dtype T          element type [f32]\n"
+	"      --cluster FILE     cluster profile: ranks per node, link latency and\n"
+	"                         bandwidth [8 ranks per node; 5 us, 100 GB/s within\n"
+	"                         a node; 10 us, 12.5 GB/s across nodes]\n"
+	"      --verify           run the plan in the reference executor on integer\n"
+	"                         data; check every rank's slice and the bytes moved\n"
+	"\n"
+	"Signatures:\n"
+	"      --signatures OP    the op: matmul, attention, layernorm, gelu, ...\n"
+	"      --shapes S         input and output shapes, IN1;IN2;...->OUT1;...\n"
+	"                         ('-' or nothing for an absent optional input)\n"
+	"      --mesh MESH        also count and list the n-D candidates on MESH\n"
+	"      --limit N          n-D candidates to list [10]\n"
+	"      --heads N          (attention) number of heads\n"
+	"      --vocab N          (cross_entropy) real classes\n"
+	"      --axis K           (bias_add) the dimension the bias runs along\n"
+	"      --perm P           (transpose) output dimension i is input P[i]: 1,0\n"
+	"      --reduce-axes L    (reduce_sum, reduce_mean) dimensions reduced: 0,2\n"
+	"      --keepdims         (reduce_sum, reduce_mean) keep them, as extent 1\n"
+	"\n"
+	"Common options:\n"
+	"  -v, --verbose          more messages on stderr (repeatable)\n"
+	"  -q, --quiet            fewer messages on stderr\n"
+	"      --json             a JSON array of the rows instead of TSV\n"
+	"  -h, --help             show this help and exit\n"
+	"      --version          show the version and build features and exit\n"
+	"\n"
+	"Exit status: 0 success, 1 a run-time failure (an unreadable cluster\n"
+	"profile, a failed --verify), 2 a usage error, including a layout that\n"
+	"is invalid for the shape.  See flow-plan(1) and flow(7).\n";
+
+enum {
+	OPT_SLICES = FLOW_OPT_TOOL,
+	OPT_BOXING,
+	OPT_SIGNATURES,
+	OPT_MESH,
+	OPT_SBP,
+	OPT_DTYPE,
+	OPT_FROM,
+	OPT_TO,
+	OPT_TO_MESH,
+	OPT_CLUSTER,
+	OPT_VERIFY,
+	OPT_SHAPES,
+	OPT_LIMIT,
+	OPT_HEADS,
+	OPT_VOCAB,
+	OPT_AXIS,
+	OPT_PERM,
+	OPT_REDUCE_AXES,
+	OPT_KEEPDIMS,
+};
+
+static const struct option long_options[] = {
+	FLOW_COMMON_OPTIONS,
+	{ "slices", required_argument, NULL, OPT_SLICES },
+	{ "boxing", required_argument, NULL, OPT_BOXING },
+	{ "signatures", required_argument, NULL, OPT_SIGNATURES },
+	{ "mesh", required_argument, NULL, OPT_MESH },
+	{ "sbp", required_argument, NULL, OPT_SBP },
+	{ "dtype", required_argument, NULL, OPT_DTYPE },
+	{ "from", required_argument, NULL, OPT_FROM },
+	{ "to", required_argument, NULL, OPT_TO },
+	{ "to-mesh", required_argument, NULL, OPT_TO_MESH },
+	{ "cluster", required_argument, NULL, OPT_CLUSTER },
+	{ "verify", no_argument, NULL, OPT_VERIFY },
+	{ "shapes", required_argument, NULL, OPT_SHAPES },
+	{ "limit", required_argument, NULL, OPT_LIMIT },
+	{ "heads", required_argument, NULL, OPT_HEADS },
+	{ "vocab", required_argument, NULL, OPT_VOCAB },
+	{ "axis", required_argument, NULL, OPT_AXIS },
+	{ "perm", required_argument, NULL, OPT_PERM },
+	{ "reduce-axes", required_argument, NULL, OPT_REDUCE_AXES },
+	{ "keepdims", no_argument, NULL, OPT_KEEPDIMS },
+	{ NULL, 0, NULL, 0 },
+};
+
+typedef enum { MODE_NONE, MODE_SLICES, MODE_BOXING, MODE_SIGNATURES } plan_mode_t;
+
+typedef struct plan_opts {
+	plan_mode_t mode;
+	const char *mode_option; /* "--slices", "--boxing", "--signatures" */
+	const char *mode_arg;    /* its SHAPE or OP */
+	const char *mesh_text, *sbp_text, *dtype_text;
+	const char *from_text, *to_text, *to_mesh_text, *cluster;
+	const char *shapes_text;
+	bool verify;
+	size_t limit;
+	/* The first option seen of each group, for "needs" errors. */
+	const char *slices_only, *boxing_only, *sig_only, *mesh_only,
+		*dtype_only;
+
+	/* Filled by validate(). */
+	flow_dtype_t dtype;
+	flow_shape_t shape;
+	bool have_mesh;
+	flow_mesh_t mesh, to_mesh;
+	flow_nd_sbp_t sbp, from, to; /* sbp: --sbp */
+	flow_sig_query_t query;
+} plan_opts_t;
+
+static void set_mode(flow_tool_t *tool, plan_opts_t *o, plan_mode_t mode,
+		     const char *option, const char *arg)
+{
+	if (o->mode_option && o->mode != mode)
+		flow_tool_usage_error(tool, "conflicting modes '%s' and '%s'",
+				      o->mode_option, option);
+	o->mode = mode;
+	o->mode_option = option;
+	o->mode_arg = arg;
+}
+
+/* Keep option as the first seen of its group (for validate's messages). */
+static void note_first(const char **first, const char *option)
+{
+	if (!*first)
+		*first = option;
+}
+
+/* A comma-separated list of tensor dimensions 0..FLOW_MAX_DIMS-1. */
+static int parse_dim_list(flow_tool_t *tool, const char *option,
+			  const char *text, int dims_out[FLOW_MAX_DIMS])
+{
+	int n = 0;
+	const char *p = text;
+	for (;;) {
+		char item[32];
+		size_t len = strcspn(p, ",");
+		if (len == 0 || len >= sizeof(item))
+			flow_tool_usage_error(tool, "%s: expected dimensions like 0,2 in '%s'",
+					      option, text);
+		if (n == FLOW_MAX_DIMS)
+			flow_tool_usage_error(tool, "%s: more than %d dimensions in '%s'",
+					      option, FLOW_MAX_DIMS, text);
+		memcpy(item, p, len);
+		item[len] = '\0';
+		dims_out[n++] = (int)flow_tool_int(tool, option, item, 0,
+						   FLOW_MAX_DIMS - 1);
+		if (p[len] == '\0')
+			return n;
+		p += len + 1;
+	}
+}
+
+static void parse_options(flow_tool_t *tool, plan_opts_t *o, int argc,
+			  char **argv)
+{
+	flow_sig_attrs_t *attrs = &o->query.attrs;
+	int opt;
+	while ((opt = getopt_long(argc, argv, ":" FLOW_COMMON_SHORT_OPTIONS,
+				  long_options, NULL)) != -1) {
+		if (flow_tool_common_option(tool, opt, argv))
+			continue;
+		switch (opt) {
+		case OPT_SLICES:
+			set_mode(tool, o, MODE_SLICES, "--slices", optarg);
+			break;
+		case OPT_BOXING:
+			set_mode(tool, o, MODE_BOXING, "--boxing", optarg);
+			break;
+		case OPT_SIGNATURES:
+			set_mode(tool, o, MODE_SIGNATURES, "--signatures", optarg);
+			break;
+		case OPT_MESH:
+			o->mesh_text = optarg;
+			break;
+		case OPT_SBP:
+			o->sbp_text = optarg;
+			note_first(&o->slices_only, "--sbp");
+			break;
+		case OPT_DTYPE:
+			o->dtype_text = optarg;
+			note_first(&o->dtype_only, "--dtype");
+			break;
+		case OPT_FROM:
+			o->from_text = optarg;
+			note_first(&o->boxing_only, "--from");
+			break;
+		case OPT_TO:
+			o->to_text = optarg;
+			note_first(&o->boxing_only, "--to");
+			break;
+		case OPT_TO_MESH:
+			o->to_mesh_text = optarg;
+			note_first(&o->boxing_only, "--to-mesh");
+			break;
+		case OPT_CLUSTER:
+			o->cluster = optarg;
+			note_first(&o->boxing_only, "--cluster");
+			break;
+		case OPT_VERIFY:
+			o->verify = true;
+			note_first(&o->boxing_only, "--verify");
+			break;
+		case OPT_SHAPES:
+			o->shapes_text = optarg;
+			note_first(&o->sig_only, "--shapes");
+			break;
+		case OPT_LIMIT:
+			o->limit = (size_t)flow_tool_int(tool, "--limit", optarg,
+							 0, 1 << 20);
+			note_first(&o->sig_only, "--limit");
+			note_first(&o->mesh_only, "--limit");
+			break;
+		case OPT_HEADS:
+			attrs->heads = (uint32_t)flow_tool_int(tool, "--heads", optarg,
+							       1, UINT32_MAX);
+			note_first(&o->sig_only, "--heads");
+			break;
+		case OPT_VOCAB:
+			attrs->vocab = (uint32_t)flow_tool_int(tool, "--vocab", optarg,
+							       1, UINT32_MAX);
+			note_first(&o->sig_only, "--vocab");
+			break;
+		case OPT_AXIS:
+			attrs->axis = (int)flow_tool_int(tool, "--axis", optarg, 0,
+							 FLOW_MAX_DIMS - 1);
+			note_first(&o->sig_only, "--axis");
+			break;
+		case OPT_PERM: {
+			int n = parse_dim_list(tool, "--perm", optarg, attrs->perm);
+			for (int i = n; i < FLOW_MAX_DIMS; i++)
+				attrs->perm[i] = i;
+			note_first(&o->sig_only, "--perm");
+			break;
+		}
+		case OPT_REDUCE_AXES: {
+			int dims[FLOW_MAX_DIMS];
+			int n = parse_dim_list(tool, "--reduce-axes", optarg, dims);
+			attrs->axes_mask = 0;
+			for (int i = 0; i < n; i++)
+				attrs->axes_mask |= 1u << dims[i];
+			note_first(&o->sig_only, "--reduce-axes");
+			break;
+		}
+		case OPT_KEEPDIMS:
+			attrs->keepdims = true;
+			note_first(&o->sig_only, "--keepdims");
+			break;
+		default:
+			flow_tool_usage_error(tool, "unknown option '%s'",
+					      argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		flow_tool_usage_error(tool, "unexpected argument '%s'", argv[optind]);
+}
+
+/* ---- validation ------------------------------------------------------------- */
+
+static void parse_shape(flow_tool_t *tool, const char *option,
+			const char *text, flow_shape_t *shape_out)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	size_t numel;
+	if (flow_shape_parse(text, shape_out, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "%s: %s", option, flow_diag_message(&diag));
+	if (flow_shape_numel(shape_out, &numel, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "%s: shape '%s' has too many elements",
+				      option, text);
+}
+
+static void parse_mesh(flow_tool_t *tool, const char *option,
+		       const char *text, flow_mesh_t *mesh_out)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	if (flow_mesh_parse(text, mesh_out, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "%s: %s", option, flow_diag_message(&diag));
+}
+
+static void parse_nd_sbp(flow_tool_t *tool, const char *option,
+			 const char *text, flow_nd_sbp_t *sbp_out)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	if (flow_nd_sbp_parse(text, sbp_out, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "%s: %s", option, flow_diag_message(&diag));
+}
+
+/* The layout must be valid for the shape: the message is the library's
+ * one line, which names the nd-SBP, the mesh and the shape. */
+static void check_layout(flow_tool_t *tool, const flow_shape_t *shape,
+			 const flow_nd_sbp_t *sbp, const flow_mesh_t *mesh)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	if (flow_nd_sbp_check(shape, sbp, mesh, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "%s", flow_diag_message(&diag));
+}
+
+/* "IN1;IN2;...->OUT1;...": '-' or an empty item is an absent optional
+ * input. */
+static void parse_shapes(flow_tool_t *tool, const char *text,
+			 flow_sig_query_t *q)
+{
+	const char *arrow = strstr(text, "->");
+	if (!arrow)
+		flow_tool_usage_error(tool, "--shapes: expected IN;...->OUT;... in '%s'",
+				      text);
+	for (int side = 0; side < 2; side++) {
+		const char *p = side ? arrow + 2 : text;
+		const char *end = side ? p + strlen(p) : arrow;
+		int n = 0;
+		for (;;) {
+			size_t len = strcspn(p, ";");
+			if (p + len > end)
+				len = (size_t)(end - p);
+			char item[128];
+			if (len >= sizeof(item))
+				flow_tool_usage_error(tool, "--shapes: shape too long in '%s'",
+						      text);
+			memcpy(item, p, len);
+			item[len] = '\0';
+			if (n == FLOW_SIG_MAX_IO)
+				flow_tool_usage_error(tool, "--shapes: more than %d %s in '%s'",
+						      FLOW_SIG_MAX_IO,
+						      side ? "outputs" : "inputs", text);
+			if (len == 0 || strcmp(item, "-") == 0) {
+				if (side)
+					flow_tool_usage_error(tool, "--shapes: missing output shape in '%s'",
+							      text);
+				q->in_present[n] = false;
+				q->in[n].ndim = 0;
+			} else {
+				flow_shape_t *s = side ? &q->out[n] : &q->in[n];
+				parse_shape(tool, "--shapes", item, s);
+				if (!side)
+					q->in_present[n] = true;
+			}
+			n++;
+			p += len;
+			if (p >= end)
+				break;
+			p++; /* the ';' */
+		}
+		if (side)
+			q->nout = n;
+		else
+			q->nin = n;
+	}
+}
+
+/* The highest global rank of mesh: its placement is affine, so the corner
+ * that takes the last coordinate along every axis of positive stride. */
+static int64_t top_rank(const flow_mesh_t *mesh)
+{
+	int64_t top = mesh->base;
+	for (int a = 0; a < mesh->ndim; a++)
+		if (mesh->stride[a] > 0)
+			top += (mesh->dims[a] - 1) * mesh->stride[a];
+	return top;
+}
+
+static void validate(flow_tool_t *tool, plan_opts_t *o)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	if (o->mode == MODE_NONE)
+		flow_tool_usage_error(tool, "missing mode (--slices, --boxing or --signatures)");
+	if (o->mode != MODE_SLICES && o->slices_only)
+		flow_tool_usage_error(tool, "'%s' needs '--slices'", o->slices_only);
+	if (o->mode != MODE_BOXING && o->boxing_only)
+		flow_tool_usage_error(tool, "'%s' needs '--boxing'", o->boxing_only);
+	if (o->mode != MODE_SIGNATURES && o->sig_only)
+		flow_tool_usage_error(tool, "'%s' needs '--signatures'", o->sig_only);
+	if (o->mode == MODE_SIGNATURES && o->dtype_only)
+		flow_tool_usage_error(tool, "'%s' needs '--slices' or '--boxing'",
+				      o->dtype_only);
+	if (o->mode == MODE_SIGNATURES && o->mesh_only && !o->mesh_text)
+		flow_tool_usage_error(tool, "'%s' needs '--mesh'", o->mesh_only);
+
+	o->dtype = FLOW_DTYPE_F32;
+	if (o->dtype_text && flow_dtype_parse(o->dtype_text, &o->dtype, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "--dtype: %s", flow_diag_message(&diag));
+	if (o->mesh_text) {
+		parse_mesh(tool, "--mesh", o->mesh_text, &o->mesh);
+		o->have_mesh = true;
+	}
+
+	switch (o->mode) {
+	case MODE_SLICES:
+		parse_shape(tool, "--slices", o->mode_arg, &o->shape);
+		if (!o->mesh_text)
+			flow_tool_usage_error(tool, "'--slices' needs '--mesh'");
+		if (!o->sbp_text)
+			flow_tool_usage_error(tool, "'--slices' needs '--sbp'");
+		parse_nd_sbp(tool, "--sbp", o->sbp_text, &o->sbp);
+		check_layout(tool, &o->shape, &o->sbp, &o->mesh);
+		break;
+	case MODE_BOXING:
+		parse_shape(tool, "--boxing", o->mode_arg, &o->shape);
+		if (!o->mesh_text)
+			flow_tool_usage_error(tool, "'--boxing' needs '--mesh'");
+		if (!o->from_text)
+			flow_tool_usage_error(tool, "'--boxing' needs '--from'");
+		if (!o->to_text)
+			flow_tool_usage_error(tool, "'--boxing' needs '--to'");
+		parse_nd_sbp(tool, "--from", o->from_text, &o->from);
+		parse_nd_sbp(tool, "--to", o->to_text, &o->to);
+		o->to_mesh = o->mesh;
+		if (o->to_mesh_text)
+			parse_mesh(tool, "--to-mesh", o->to_mesh_text, &o->to_mesh);
+		check_layout(tool, &o->shape, &o->from, &o->mesh);
+		check_layout(tool, &o->shape, &o->to, &o->to_mesh);
+		if (o->verify) {
+			int64_t top = top_rank(&o->mesh);
+			if (top_rank(&o->to_mesh) > top)
+				top = top_rank(&o->to_mesh);
+			if (top >= VERIFY_MAX_RANKS)
+				flow_tool_usage_error(tool, "'--verify' simulates ranks 0 to %" PRId64 " in this process; at most %d ranks",
+						      top, VERIFY_MAX_RANKS);
+		}
+		break;
+	case MODE_SIGNATURES:
+		if (!o->shapes_text)
+			flow_tool_usage_error(tool, "'--signatures' needs '--shapes'");
+		o->query.op = o->mode_arg;
+		parse_shapes(tool, o->shapes_text, &o->query);
+		if (!o->mesh_only)
+			o->limit = DEFAULT_LIMIT;
+		break;
+	case MODE_NONE:
+		break;
+	}
+}
+
+/* ---- output helpers ------------------------------------------------------- */
+
+static void print_sbp(FILE *f, flow_sbp_t s)
+{
+	switch (s.kind) {
+	case FLOW_SBP_SPLIT:
+		fprintf(f, "S(%d)", s.axis);
+		break;
+	case FLOW_SBP_BROADCAST:
+		fputc('B', f);
+		break;
+	case FLOW_SBP_PARTIAL:
+		fputc('P', f);
+		break;
+	}
+}
+
+/* A JSON string literal; escapes what JSON requires. */
+static void print_json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static const char *plural(int64_t n, const char *one, const char *many)
+{
+	return n == 1 ? one : many;
+}
+
+/* ---- --slices ---------------------------------------------------------------- */
+
+static int run_slices(flow_tool_t *tool, const plan_opts_t *o)
+{
+	char shape[256], mesh[FLOW_MESH_TEXT_MAX], sbp[FLOW_SBP_TEXT_MAX];
+	flow_shape_format(&o->shape, shape, sizeof(shape));
+	flow_mesh_format(&o->mesh, mesh, sizeof(mesh));
+	flow_nd_sbp_format(&o->sbp, sbp, sizeof(sbp));
+	int64_t n = flow_mesh_size(&o->mesh);
+
+	if (tool->json) {
+		fputs("[", stdout);
+	} else {
+		size_t bytes = 0;
+		int64_t copies = flow_nd_sbp_copies(&o->sbp, &o->mesh);
+		/* numel * dtype size fits: validate() checked the shape's
+		 * element count, and a slice is at most all of it. */
+		size_t numel = flow_nd_sbp_max_local_numel(&o->shape, &o->sbp, &o->mesh);
+		bool fits = flow_mul_size(numel, flow_dtype_size(o->dtype), &bytes);
+		printf("# slices of %s on mesh %s as %s: %" PRId64 " %s of each element, ",
+		       shape, mesh, sbp, copies, plural(copies, "copy", "copies"));
+		if (fits)
+			printf("at most %zu bytes (%s) per rank\n", bytes,
+			       flow_dtype_name(o->dtype));
+		else
+			printf("more bytes per rank than this machine can count\n");
+		printf("rank\tcoords\tbox\tshape\telements\n");
+	}
+	for (int64_t i = 0; i < n; i++) {
+		int64_t coords[FLOW_MESH_MAX_AXES];
+		flow_box_t box;
+		int64_t elements = 1;
+		flow_mesh_coords(&o->mesh, i, coords);
+		flow_nd_sbp_local_box(&o->shape, &o->sbp, &o->mesh, i, &box);
+		for (int d = 0; d < box.ndim; d++)
+			elements *= box.extent[d];
+		if (tool->json) {
+			printf("%s\n  {\"rank\": %" PRId64 ", \"coords\": [", i ? "," : "",
+			       flow_mesh_rank(&o->mesh, i));
+			for (int a = 0; a < o->mesh.ndim; a++)
+				printf("%s%" PRId64, a ? ", " : "", coords[a]);
+			fputs("], \"box\": [", stdout);
+			for (int d = 0; d < box.ndim; d++)
+				printf("%s[%" PRId64 ", %" PRId64 "]", d ? ", " : "",
+				       box.start[d], box.start[d] + box.extent[d]);
+			fputs("], \"shape\": [", stdout);
+			for (int d = 0; d < box.ndim; d++)
+				printf("%s%" PRId64, d ? ", " : "", box.extent[d]);
+			printf("], \"elements\": %" PRId64 "}", elements);
+			continue;
+		}
+		printf("%" PRId64 "\t", flow_mesh_rank(&o->mesh, i));
+		for (int a = 0; a < o->mesh.ndim; a++)
+			printf("%s%" PRId64, a ? "," : "", coords[a]);
+		putchar('\t');
+		if (box.ndim == 0)
+			putchar('-'); /* a scalar: nothing to slice */
+		for (int d = 0; d < box.ndim; d++)
+			printf("%s%" PRId64 ":%" PRId64, d ? "," : "", box.start[d],
+			       box.start[d] + box.extent[d]);
+		flow_shape_t local = { .ndim = box.ndim };
+		memcpy(local.dims, box.extent, sizeof(local.dims));
+		char text[256];
+		flow_shape_format(&local, text, sizeof(text));
+		printf("\t%s\t%" PRId64 "\n", text, elements);
+	}
+	if (tool->json)
+		fputs(n ? "\n]\n" : "]\n", stdout);
+	return 0;
+}
+
+/* ---- --boxing ------------------------------------------------------------------ */
+
+static void describe_cluster(const plan_opts_t *o, const flow_cluster_t *c)
+{
+	printf("# cluster %s: %" PRId64 " %s per node; within a node %g us, %g GB/s; across nodes %g us, %g GB/s\n",
+	       o->cluster ? o->cluster : "default", c->ranks_per_node,
+	       plural(c->ranks_per_node, "rank", "ranks"),
+	       c->intra.alpha_s * 1e6, c->intra.beta_bps / 1e9,
+	       c->inter.alpha_s * 1e6, c->inter.beta_bps / 1e9);
+}
+
+static void print_json_layout(const char *key, const flow_nd_sbp_t *sbp,
+			      const char *mesh_key, const flow_mesh_t *mesh)
+{
+	char text[FLOW_MESH_TEXT_MAX > FLOW_SBP_TEXT_MAX ? FLOW_MESH_TEXT_MAX :
+							   FLOW_SBP_TEXT_MAX];
+	flow_mesh_format(mesh, text, sizeof(text));
+	printf(", \"%s\": ", mesh_key);
+	print_json_string(stdout, text);
+	flow_nd_sbp_format(sbp, text, sizeof(text));
+	printf(", \"%s\": ", key);
+	print_json_string(stdout, text);
+}
+
+/* The rows of flow_boxing_plan_print as JSON objects: the steps, then the
+ * total (step "total"; its send and receive columns are the busiest
+ * rank's bytes over the whole plan, as in the TSV). */
+static void print_boxing_json(const flow_boxing_plan_t *plan)
+{
+	fputs("[", stdout);
+	for (size_t i = 0; i < plan->nsteps; i++) {
+		const flow_boxing_step_t *s = &plan->steps[i];
+		printf("\n  {\"step\": %zu, \"kind\": ", i + 1);
+		print_json_string(stdout, flow_boxing_kind_name(s->kind));
+		fputs(", \"axes\": [", stdout);
+		for (int a = 0, n = 0; a < FLOW_MESH_MAX_AXES; a++)
+			if (s->axes & (1u << a))
+				printf("%s%d", n++ ? ", " : "", a);
+		putchar(']');
+		print_json_layout("from", &s->from, "mesh", &s->mesh);
+		print_json_layout("to", &s->to, "to_mesh", &s->to_mesh);
+		printf(", \"max_send_bytes\": %" PRIu64 ", \"max_recv_bytes\": %" PRIu64
+		       ", \"total_bytes\": %" PRIu64 ", \"time_us\": %.3f},",
+		       s->max_send_bytes, s->max_recv_bytes, s->total_bytes,
+		       s->time_s * 1e6);
+	}
+	uint64_t send = 0, recv = 0;
+	const flow_mesh_t *meshes[2] = { &plan->src_mesh, &plan->dst_mesh };
+	for (int m = 0; m < 2; m++) {
+		for (int64_t i = 0; i < flow_mesh_size(meshes[m]); i++) {
+			uint64_t rank_send = 0, rank_recv = 0;
+			for (size_t k = 0; k < plan->nsteps; k++) {
+				uint64_t a, b;
+				flow_boxing_step_rank_bytes(plan, k,
+							    flow_mesh_rank(meshes[m], i),
+							    &a, &b);
+				rank_send += a;
+				rank_recv += b;
+			}
+			send = rank_send > send ? rank_send : send;
+			recv = rank_recv > recv ? rank_recv : recv;
+		}
+	}
+	fputs("\n  {\"step\": \"total\", \"kind\": null, \"axes\": null", stdout);
+	print_json_layout("from", &plan->src, "mesh", &plan->src_mesh);
+	print_json_layout("to", &plan->dst, "to_mesh", &plan->dst_mesh);
+	printf(", \"max_send_bytes\": %" PRIu64 ", \"max_recv_bytes\": %" PRIu64
+	       ", \"total_bytes\": %" PRIu64 ", \"time_us\": %.3f}\n]\n",
+	       send, recv, plan->total_bytes, plan->time_s * 1e6);
+}
+
+/* --verify's data: element e of the logical tensor (row-major) is
+ * 1 + e mod (bound - 1), an integer every dtype holds exactly, and a
+ * partial-sum source splits it into non-negative integer addends, so every
+ * sum the plan makes is exact and no larger than the element. */
+static int64_t verify_bound(flow_dtype_t dtype)
+{
+	switch (dtype) {
+	case FLOW_DTYPE_BF16:
+		return 256;
+	case FLOW_DTYPE_F16:
+		return 2048;
+	case FLOW_DTYPE_U8:
+		return 255;
+	case FLOW_DTYPE_U16:
+		return 65535;
+	case FLOW_DTYPE_F32:
+		return (int64_t)1 << 24;
+	default:
+		return (int64_t)1 << 30;
+	}
+}
+
+static void store_value(void *buf, size_t i, flow_dtype_t dtype, int64_t v)
+{
+	switch (dtype) {
+	case FLOW_DTYPE_F32:
+		((float *)buf)[i] = (float)v;
+		break;
+	case FLOW_DTYPE_BF16:
+		((uint16_t *)buf)[i] = flow_f32_to_bf16((float)v);
+		break;
+	case FLOW_DTYPE_F16:
+		((uint16_t *)buf)[i] = flow_f32_to_f16((float)v);
+		break;
+	case FLOW_DTYPE_I32:
+		((int32_t *)buf)[i] = (int32_t)v;
+		break;
+	case FLOW_DTYPE_I64:
+		((int64_t *)buf)[i] = v;
+		break;
+	case FLOW_DTYPE_U16:
+		((uint16_t *)buf)[i] = (uint16_t)v;
+		break;
+	case FLOW_DTYPE_U8:
+		((uint8_t *)buf)[i] = (uint8_t)v;
+		break;
+	case FLOW_DTYPE_U32:
+		((uint32_t *)buf)[i] = (uint32_t)v;
+		break;
+	}
+}
+
+static double load_value(const void *buf, size_t i, flow_dtype_t dtype)
+{
+	switch (dtype) {
+	case FLOW_DTYPE_F32:
+		return ((const float *)buf)[i];
+	case FLOW_DTYPE_BF16:
+		return flow_bf16_to_f32(((const uint16_t *)buf)[i]);
+	case FLOW_DTYPE_F16:
+		return flow_f16_to_f32(((const uint16_t *)buf)[i]);
+	case FLOW_DTYPE_I32:
+		return ((const int32_t *)buf)[i];
+	case FLOW_DTYPE_I64:
+		return (double)((const int64_t *)buf)[i];
+	case FLOW_DTYPE_U16:
+		return ((const uint16_t *)buf)[i];
+	case FLOW_DTYPE_U8:
+		return ((const uint8_t *)buf)[i];
+	case FLOW_DTYPE_U32:
+		return ((const uint32_t *)buf)[i];
+	}
+	return 0;
+}
+
+static size_t box_numel(const flow_box_t *box)
+{
+	size_t n = 1;
+	for (int d = 0; d < box->ndim; d++)
+		n *= (size_t)box->extent[d];
+	return n;
+}
+
+/* The row-major logical index of the k-th element (row-major) of box, with
+ * its coordinates in pos_out. */
+static int64_t box_element(const flow_shape_t *shape, const flow_box_t *box,
+			   size_t k, int64_t pos_out[FLOW_MAX_DIMS])
+{
+	for (int d = box->ndim - 1; d >= 0; d--) {
+		pos_out[d] = box->start[d] + (int64_t)(k % (size_t)box->extent[d]);
+		k /= (size_t)box->extent[d];
+	}
+	int64_t e = 0;
+	for (int d = 0; d < shape->ndim; d++)
+		e = e * shape->dims[d] + pos_out[d];
+	return e;
+}
+
+static unsigned partial_axes(const flow_nd_sbp_t *sbp)
+{
+	unsigned mask = 0;
+	for (int a = 0; a < sbp->ndim; a++)
+		if (sbp->sbp[a].kind == FLOW_SBP_PARTIAL)
+			mask |= 1u << a;
+	return mask;
+}
+
+/* Fill every source rank's piece with the --verify data. */
+static flow_err_t fill_sources(const flow_boxing_plan_t *plan, void **local,
+			       flow_diag_t *diag)
+{
+	const flow_mesh_t *mesh = &plan->src_mesh;
+	unsigned pmask = partial_axes(&plan->src);
+	int64_t bound = verify_bound(plan->dtype);
+	size_t dsize = flow_dtype_size(plan->dtype);
+	for (int64_t i = 0; i < flow_mesh_size(mesh); i++) {
+		int64_t rank = flow_mesh_rank(mesh, i);
+		int64_t coords[FLOW_MESH_MAX_AXES], pos[FLOW_MAX_DIMS];
+		flow_box_t box;
+		flow_mesh_coords(mesh, i, coords);
+		flow_nd_sbp_local_box(&plan->shape, &plan->src, mesh, i, &box);
+		/* This rank's place j among the q addends of each element. */
+		int64_t j = 0, q = 1;
+		for (int a = 0; a < mesh->ndim; a++) {
+			if (pmask & (1u << a)) {
+				j = j * mesh->dims[a] + coords[a];
+				q *= mesh->dims[a];
+			}
+		}
+		size_t n = box_numel(&box), bytes;
+		if (!flow_mul_size(n, dsize, &bytes) ||
+		    !(local[rank] = flow_alloc(bytes)))
+			return flow_diag_set(diag, FLOW_ERR_NOMEM,
+					     "cannot allocate the piece of rank %" PRId64,
+					     rank);
+		for (size_t k = 0; k < n; k++) {
+			int64_t v = 1 + box_element(&plan->shape, &box, k, pos) % (bound - 1);
+			store_value(local[rank], k, plan->dtype,
+				    v / q + (j < v % q));
+		}
+	}
+	return FLOW_OK;
+}
+
+static void format_position(const flow_box_t *box, const int64_t *pos,
+			    char *buf, size_t cap)
+{
+	size_t len = 0;
+	len += (size_t)snprintf(buf, cap, "(");
+	for (int d = 0; d < box->ndim && len < cap; d++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s%" PRId64,
+					d ? "," : "", pos[d]);
+	if (len < cap)
+		snprintf(buf + len, cap - len, ")");
+}
+
+/* Every destination rank (or partial-sum group of ranks) must hold its
+ * slice of the --verify data. */
+static flow_err_t check_destinations(const flow_boxing_plan_t *plan,
+				     void *const *local, flow_diag_t *diag)
+{
+	const flow_mesh_t *mesh = &plan->dst_mesh;
+	unsigned pmask = partial_axes(&plan->dst);
+	int64_t bound = verify_bound(plan->dtype);
+	for (int64_t i = 0; i < flow_mesh_size(mesh); i++) {
+		int64_t coords[FLOW_MESH_MAX_AXES], pos[FLOW_MAX_DIMS];
+		flow_mesh_coords(mesh, i, coords);
+		bool leader = true;
+		for (int a = 0; a < mesh->ndim; a++)
+			if ((pmask & (1u << a)) && coords[a] != 0)
+				leader = false;
+		if (!leader)
+			continue;
+		/* The ranks whose addends sum to the element (just this one
+		 * when the destination has no P axis): they differ only in
+		 * P coordinates, so they hold the same box. */
+		flow_mesh_t group;
+		flow_box_t box;
+		flow_mesh_group(mesh, pmask, i, &group);
+		flow_nd_sbp_local_box(&plan->shape, &plan->dst, mesh, i, &box);
+		int64_t members = pmask ? flow_mesh_size(&group) : 1;
+		char ranks[256] = "";
+		size_t len = 0;
+		for (int64_t g = 0; g < members; g++) {
+			int64_t rank = pmask ? flow_mesh_rank(&group, g) :
+					       flow_mesh_rank(mesh, i);
+			if (!local[rank])
+				return flow_diag_set(diag, FLOW_ERR_VERIFY,
+						     "verification failed: rank %" PRId64 " holds nothing",
+						     rank);
+			if (len < sizeof(ranks))
+				len += (size_t)snprintf(ranks + len, sizeof(ranks) - len,
+							"%s%" PRId64, g ? "+" : "", rank);
+		}
+		for (size_t k = 0, n = box_numel(&box); k < n; k++) {
+			int64_t e = box_element(&plan->shape, &box, k, pos);
+			double want = (double)(1 + e % (bound - 1)), got = 0;
+			for (int64_t g = 0; g < members; g++) {
+				int64_t rank = pmask ? flow_mesh_rank(&group, g) :
+						       flow_mesh_rank(mesh, i);
+				got += load_value(local[rank], k, plan->dtype);
+			}
+			if (got != want) {
+				char where[256];
+				format_position(&box, pos, where, sizeof(where));
+				if (members > 1)
+					return flow_diag_set(diag, FLOW_ERR_VERIFY,
+							     "verification failed: the addends of element %s on ranks %s sum to %g, expected %g",
+							     where, ranks, got, want);
+				return flow_diag_set(diag, FLOW_ERR_VERIFY,
+						     "verification failed: element %s on rank %s is %g, expected %g",
+						     where, ranks, got, want);
+			}
+		}
+	}
+	return FLOW_OK;
+}
+
+/* Each rank's bytes, as the executor moved them, must be the plan's. */
+static flow_err_t check_bytes(const flow_boxing_plan_t *plan, size_t nranks,
+			      const uint64_t *sent, const uint64_t *recvd,
+			      flow_diag_t *diag)
+{
+	uint64_t total = 0;
+	for (size_t r = 0; r < nranks; r++) {
+		uint64_t want_sent = 0, want_recvd = 0;
+		for (size_t s = 0; s < plan->nsteps; s++) {
+			uint64_t a, b;
+			flow_boxing_step_rank_bytes(plan, s, (int64_t)r, &a, &b);
+			want_sent += a;
+			want_recvd += b;
+		}
+		if (sent[r] != want_sent)
+			return flow_diag_set(diag, FLOW_ERR_VERIFY,
+					     "verification failed: rank %zu sent %" PRIu64 " bytes, the plan says %" PRIu64,
+					     r, sent[r], want_sent);
+		if (recvd[r] != want_recvd)
+			return flow_diag_set(diag, FLOW_ERR_VERIFY,
+					     "verification failed: rank %zu received %" PRIu64 " bytes, the plan says %" PRIu64,
+					     r, recvd[r], want_recvd);
+		total += sent[r];
+	}
+	if (total != plan->total_bytes)
+		return flow_diag_set(diag, FLOW_ERR_VERIFY,
+				     "verification failed: the ranks sent %" PRIu64 " bytes in all, the plan says %" PRIu64,
+				     total, plan->total_bytes);
+	return FLOW_OK;
+}
+
+/* Run plan in the reference executor on the --verify data and check the
+ * result and the bytes moved. */
+static flow_err_t verify_plan(const flow_boxing_plan_t *plan,
+			      flow_diag_t *diag)
+{
+	int64_t top = top_rank(&plan->src_mesh);
+	if (top_rank(&plan->dst_mesh) > top)
+		top = top_rank(&plan->dst_mesh);
+	size_t nranks = (size_t)top + 1;
+	flow_err_t err = FLOW_ERR_NOMEM;
+	void **local = calloc(nranks, sizeof(*local));
+	uint64_t *sent = calloc(nranks, sizeof(*sent));
+	uint64_t *recvd = calloc(nranks, sizeof(*recvd));
+	if (!local || !sent || !recvd) {
+		flow_diag_set(diag, err, "cannot allocate %zu simulated ranks", nranks);
+		goto out_free_arrays;
+	}
+	err = fill_sources(plan, local, diag);
+	if (err == FLOW_OK)
+		err = flow_boxing_simulate(plan, local, nranks, sent, recvd, diag);
+	if (err == FLOW_OK)
+		err = check_destinations(plan, local, diag);
+	if (err == FLOW_OK)
+		err = check_bytes(plan, nranks, sent, recvd, diag);
+	for (size_t r = 0; r < nranks; r++)
+		flow_free(local[r]);
+out_free_arrays:
+	free(recvd);
+	free(sent);
+	free(local);
+	return err;
+}
+
+static int run_boxing(flow_tool_t *tool, const plan_opts_t *o)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_cluster_t cluster;
+	flow_boxing_plan_t plan;
+
+	if (o->cluster) {
+		if (flow_cluster_read(o->cluster, &cluster, &diag) != FLOW_OK)
+			return flow_tool_fail(tool, &diag);
+	} else {
+		flow_cluster_default(&cluster);
+	}
+	if (flow_boxing_plan(&o->shape, o->dtype, &o->mesh, &o->from,
+			     &o->to_mesh, &o->to, &cluster, &plan, &diag) != FLOW_OK)
+		return flow_tool_fail(tool, &diag);
+
+	if (tool->json) {
+		print_boxing_json(&plan);
+	} else {
+		char shape[256], from[FLOW_SBP_TEXT_MAX], to[FLOW_SBP_TEXT_MAX];
+		char mesh[FLOW_MESH_TEXT_MAX], to_mesh[FLOW_MESH_TEXT_MAX];
+		flow_shape_format(&o->shape, shape, sizeof(shape));
+		flow_nd_sbp_format(&o->from, from, sizeof(from));
+		flow_nd_sbp_format(&o->to, to, sizeof(to));
+		flow_mesh_format(&o->mesh, mesh, sizeof(mesh));
+		flow_mesh_format(&o->to_mesh, to_mesh, sizeof(to_mesh));
+		printf("# boxing %s %s from %s on mesh %s to %s on mesh %s: %zu %s\n",
+		       shape, flow_dtype_name(o->dtype), from, mesh, to, to_mesh,
+		       plan.nsteps, plural((int64_t)plan.nsteps, "step", "steps"));
+		describe_cluster(o, &cluster);
+		/* A write error on stdout is reported by flow_tool_finish. */
+		if (flow_boxing_plan_print(&plan, stdout, &diag) != FLOW_OK &&
+		    !ferror(stdout))
+			return flow_tool_fail(tool, &diag);
+	}
+	if (!o->verify)
+		return 0;
+	if (verify_plan(&plan, &diag) != FLOW_OK)
+		return flow_tool_fail(tool, &diag);
+	if (tool->json)
+		flow_log(FLOW_LOG_INFO, "verified: every rank holds its destination slice; bytes moved equal the plan's");
+	else
+		printf("# verified: every rank holds its destination slice; bytes moved equal the plan's\n");
+	return 0;
+}
+
+/* ---- --signatures --------------------------------------------------------------- */
+
+/* The name of the 1-D signature an n-D candidate uses on mesh axis a: the
+ * first whose SBPs match; "?" when none does. */
+static const char *axis_signature_name(const flow_sig_query_t *q,
+				       const flow_sig_t *sigs, int nsigs,
+				       const flow_nd_sig_t *nd, int a)
+{
+	for (int s = 0; s < nsigs; s++) {
+		bool match = true;
+		for (int i = 0; i < q->nin && match; i++)
+			if (q->in_present[i] &&
+			    !flow_sbp_equal(sigs[s].in[i], nd->in[i].sbp[a]))
+				match = false;
+		for (int i = 0; i < q->nout && match; i++)
+			if (!flow_sbp_equal(sigs[s].out[i], nd->out[i].sbp[a]))
+				match = false;
+		if (match)
+			return sigs[s].name ? sigs[s].name : "?";
+	}
+	return "?";
+}
+
+static void print_shapes(const flow_shape_t *shapes, const bool *present,
+			 int n)
+{
+	for (int i = 0; i < n; i++) {
+		char text[256] = "-";
+		if (!present || present[i])
+			flow_shape_format(&shapes[i], text, sizeof(text));
+		printf("%s%s", i ? " " : "", text);
+	}
+}
+
+static void print_signature_row(bool json, bool first, const char *name,
+				const flow_sig_query_t *q, const flow_sig_t *sig,
+				const flow_nd_sig_t *nd)
+{
+	if (json) {
+		printf("%s\n  {\"name\": ", first ? "" : ",");
+		print_json_string(stdout, name);
+	} else {
+		fputs(name, stdout);
+	}
+	for (int side = 0; side < 2; side++) {
+		int n = side ? q->nout : q->nin;
+		if (json)
+			printf(", \"%s\": [", side ? "out" : "in");
+		for (int i = 0; i < n; i++) {
+			bool present = side || q->in_present[i];
+			fputs(json ? (i ? ", " : "") : "\t", stdout);
+			if (!present) {
+				fputs(json ? "null" : "-", stdout);
+				continue;
+			}
+			if (json)
+				putchar('"');
+			if (sig) {
+				print_sbp(stdout, side ? sig->out[i] : sig->in[i]);
+			} else {
+				char text[FLOW_SBP_TEXT_MAX];
+				flow_nd_sbp_format(side ? &nd->out[i] : &nd->in[i],
+						   text, sizeof(text));
+				fputs(text, stdout);
+			}
+			if (json)
+				putchar('"');
+		}
+		if (json)
+			putchar(']');
+	}
+	fputs(json ? "}" : "\n", stdout);
+}
+
+static int run_signatures(flow_tool_t *tool, const plan_opts_t *o)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	const flow_sig_query_t *q = &o->query;
+	flow_sig_t sigs[FLOW_SIG_MAX];
+	flow_nd_sig_t *nd = NULL;
+	size_t total = 0;
+	int ncand = 0, status = 0;
+
+	int nsigs = flow_sig_list(q, sigs, &diag);
+	if (nsigs < 0)
+		goto out_fail;
+	if (o->have_mesh) {
+		nd = calloc(o->limit ? o->limit : 1, sizeof(*nd));
+		if (!nd) {
+			flow_diag_set(&diag, FLOW_ERR_NOMEM, "cannot allocate %zu candidates",
+				      o->limit);
+			goto out_fail;
+		}
+		ncand = flow_sig_candidates(q, &o->mesh, nd, o->limit, &total, &diag);
+		if (ncand < 0)
+			goto out_fail;
+	}
+
+	if (!tool->json) {
+		printf("# signatures of %s: inputs ", q->op);
+		print_shapes(q->in, q->in_present, q->nin);
+		fputs(", outputs ", stdout);
+		print_shapes(q->out, NULL, q->nout);
+		printf("; %d on one mesh axis\n", nsigs);
+		if (o->have_mesh) {
+			char mesh[FLOW_MESH_TEXT_MAX];
+			flow_mesh_format(&o->mesh, mesh, sizeof(mesh));
+			printf("# %zu n-D %s on mesh %s", total,
+			       plural((int64_t)total, "candidate", "candidates"), mesh);
+			if (ncand > 0)
+				printf("; the first %d follow the 1-D signatures", ncand);
+			putchar('\n');
+		}
+		fputs("name", stdout);
+		for (int i = 0; i < q->nin; i++)
+			printf("\tin%d", i + 1);
+		for (int i = 0; i < q->nout; i++)
+			printf("\tout%d", i + 1);
+		putchar('\n');
+	} else {
+		putchar('[');
+	}
+	for (int s = 0; s < nsigs; s++)
+		print_signature_row(tool->json, s == 0,
+				    sigs[s].name ? sigs[s].name : "?", q,
+				    &sigs[s], NULL);
+	for (int c = 0; c < ncand; c++) {
+		char name[FLOW_MESH_MAX_AXES * 40 + 4];
+		size_t len = (size_t)snprintf(name, sizeof(name), "(");
+		for (int a = 0; a < o->mesh.ndim && len < sizeof(name); a++)
+			len += (size_t)snprintf(name + len, sizeof(name) - len, "%s%.32s",
+						a ? "," : "",
+						axis_signature_name(q, sigs, nsigs, &nd[c], a));
+		if (len < sizeof(name))
+			snprintf(name + len, sizeof(name) - len, ")");
+		print_signature_row(tool->json, nsigs == 0 && c == 0, name, q,
+				    NULL, &nd[c]);
+	}
+	if (tool->json)
+		fputs(nsigs + ncand ? "\n]\n" : "]\n", stdout);
+	goto out_free;
+
+out_fail:
+	/* An unknown op or shapes that do not fit it are the caller's
+	 * mistake, reported like any other usage error. */
+	if (diag.err == FLOW_ERR_USAGE) {
+		free(nd);
+		flow_tool_usage_error(tool, "%s", flow_diag_message(&diag));
+	}
+	status = flow_tool_fail(tool, &diag);
+out_free:
+	free(nd);
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	flow_tool_t tool;
+	plan_opts_t o;
+
+	/* 1. Options. */
+	flow_tool_init(&tool, "flow-plan", help_text, 0);
+	flow_tool_install_signal_cleanup();
+	memset(&o, 0, sizeof(o));
+	for (int i = 0; i < FLOW_MAX_DIMS; i++)
+		o.query.attrs.perm[i] = i;
+	parse_options(&tool, &o, argc, argv);
+
+	/* 2. Validation. */
+	validate(&tool, &o);
+
+	/* 3 and 4. Call libflow and write the results. */
+	int status = 0;
+	switch (o.mode) {
+	case MODE_SLICES:
+		status = run_slices(&tool, &o);
+		break;
+	case MODE_BOXING:
+		status = run_boxing(&tool, &o);
+		break;
+	case MODE_SIGNATURES:
+		status = run_signatures(&tool, &o);
+		break;
+	case MODE_NONE:
+		break;
+	}
+
+	/* 5. Check standard output. */
+	return flow_tool_finish(&tool, status);
+}

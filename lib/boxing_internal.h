@@ -1,0 +1,111 @@
+/* What the boxing planner (boxing.c) and the reference executor
+ * (boxing_sim.c) must agree on: which ranks form a group, in what order,
+ * and which source rank serves which destination rank in a send/recv.
+ * Byte counts are deliberately not here: the planner derives them from
+ * formulas and the executor counts what it moves, and the tests compare
+ * the two. */
+#ifndef FLOW_BOXING_INTERNAL_H
+#define FLOW_BOXING_INTERNAL_H
+
+#include <flow/boxing.h>
+
+/* Number of positions in a group of the axes in mask (bit i: axis i). */
+static inline int64_t boxing_group_size(const flow_mesh_t *mesh, unsigned mask)
+{
+	int64_t p = 1;
+	for (int i = 0; i < mesh->ndim; i++)
+		if (mask & (1u << i))
+			p *= mesh->dims[i];
+	return p;
+}
+
+/* Whether position index is its group's first member (its coordinates on
+ * the axes in mask are all 0): one group per such position. */
+static inline bool boxing_group_leader(const flow_mesh_t *mesh, unsigned mask,
+				       int64_t index)
+{
+	int64_t c[FLOW_MESH_MAX_AXES];
+	flow_mesh_coords(mesh, index, c);
+	for (int i = 0; i < mesh->ndim; i++)
+		if ((mask & (1u << i)) && c[i] != 0)
+			return false;
+	return true;
+}
+
+/* The position of member q (row-major over the axes in mask, outer axis
+ * first, so merged axes order their ranks as one axis of their product
+ * would) of the group whose first member is leader. */
+static inline int64_t boxing_group_member(const flow_mesh_t *mesh,
+					  unsigned mask, int64_t leader,
+					  int64_t q)
+{
+	int64_t index = leader, step = 1;
+	for (int i = mesh->ndim - 1; i >= 0; i--) {
+		if (mask & (1u << i)) {
+			index += (q % mesh->dims[i]) * step;
+			q /= mesh->dims[i];
+		}
+		step *= mesh->dims[i];
+	}
+	return index;
+}
+
+/* Elements of a box. */
+static inline int64_t boxing_box_numel(const flow_box_t *b)
+{
+	int64_t n = 1;
+	for (int d = 0; d < b->ndim; d++)
+		n *= b->extent[d];
+	return n;
+}
+
+/* The intersection of two boxes of one tensor; false when it is empty. */
+static inline bool boxing_box_intersect(const flow_box_t *a,
+					const flow_box_t *b, flow_box_t *out)
+{
+	out->ndim = a->ndim;
+	for (int d = 0; d < a->ndim; d++) {
+		int64_t lo = a->start[d] > b->start[d] ? a->start[d] : b->start[d];
+		int64_t ea = a->start[d] + a->extent[d];
+		int64_t eb = b->start[d] + b->extent[d];
+		int64_t hi = ea < eb ? ea : eb;
+		if (hi <= lo)
+			return false;
+		out->start[d] = lo;
+		out->extent[d] = hi - lo;
+	}
+	return true;
+}
+
+/* The send/recv rule (flow(7), BOXING).  Source positions with the same
+ * coordinates on the S and P axes of src hold the same data; they differ
+ * only on the B axes (their replica index).  The destination at position
+ * j takes each piece from itself when its rank holds that piece as a
+ * source (at position s_index of src_mesh; -1 when it is no source), and
+ * otherwise from the replica j mod (number of replicas), so every addend
+ * of every element arrives exactly once and receivers spread over the
+ * replicas.  Returns whether source position i serves position j. */
+static inline bool boxing_serves(const flow_mesh_t *src_mesh,
+				 const flow_nd_sbp_t *src, int64_t i,
+				 int64_t s_index, int64_t j)
+{
+	int64_t ci[FLOW_MESH_MAX_AXES], cs[FLOW_MESH_MAX_AXES];
+	flow_mesh_coords(src_mesh, i, ci);
+	bool same_piece = s_index >= 0;
+	if (same_piece)
+		flow_mesh_coords(src_mesh, s_index, cs);
+	int64_t replica = 0, replicas = 1;
+	for (int a = 0; a < src_mesh->ndim; a++) {
+		if (src->sbp[a].kind == FLOW_SBP_BROADCAST) {
+			replica = replica * src_mesh->dims[a] + ci[a];
+			replicas *= src_mesh->dims[a];
+		} else if (same_piece && cs[a] != ci[a]) {
+			same_piece = false;
+		}
+	}
+	if (same_piece)
+		return i == s_index;
+	return replica == j % replicas;
+}
+
+#endif
