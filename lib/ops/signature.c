@@ -367,6 +367,33 @@ static flow_err_t sig_lists_build(const flow_sig_op_t *op,
 	return FLOW_OK;
 }
 
+/* The op of query and its per-axis lists, in a buffer to free with
+ * flow_free() (the lists of every axis are too large for the stack). */
+static flow_err_t sig_lists_new(const flow_sig_query_t *query,
+				const flow_mesh_t *mesh,
+				const flow_sig_op_t **op_out,
+				sig_lists_t **lists_out, flow_diag_t *diag)
+{
+	const flow_sig_op_t *op = sig_op_find(query->op);
+	if (!op)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "no signatures for unknown op '%s'",
+				     query->op ? query->op : "");
+	sig_lists_t *l = flow_alloc(sizeof(*l));
+	if (!l)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "%s: out of memory for signatures",
+				     query->op);
+	flow_err_t err = sig_lists_build(op, query, mesh, l, diag);
+	if (err != FLOW_OK) {
+		flow_free(l);
+		return err;
+	}
+	*op_out = op;
+	*lists_out = l;
+	return FLOW_OK;
+}
+
 /* Rules that depend on divisibility (reshape's groups, the flattened rows
  * of layernorm and cross-entropy) hold per axis for that axis' size; when
  * several mesh axes apply the same signature they split the same
@@ -441,24 +468,15 @@ int flow_sig_candidates(const flow_sig_query_t *query,
 			const flow_mesh_t *mesh, flow_nd_sig_t *sigs,
 			size_t cap, size_t *total_out, flow_diag_t *diag)
 {
-	const flow_sig_op_t *op = sig_op_find(query->op);
+	const flow_sig_op_t *op;
 	const flow_sig_t *per_axis[FLOW_MESH_MAX_AXES];
 	int idx[FLOW_MESH_MAX_AXES] = { 0 };
 	size_t total = 0, written = 0;
 	sig_lists_t *l;
 	flow_err_t err;
 
-	if (!op)
-		return flow_diag_set(diag, FLOW_ERR_USAGE,
-				     "no signatures for unknown op '%s'",
-				     query->op ? query->op : "");
-	l = flow_alloc(sizeof(*l));
-	if (!l)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM,
-				     "%s: out of memory for signatures",
-				     query->op);
-	if ((err = sig_lists_build(op, query, mesh, l, diag)) != FLOW_OK)
-		goto out_free_lists;
+	if ((err = sig_lists_new(query, mesh, &op, &l, diag)) != FLOW_OK)
+		return err;
 
 	/* An odometer over the axes, the last fastest.  The 1-D lists hold
 	 * no duplicates, so neither do their products. */
@@ -486,9 +504,8 @@ int flow_sig_candidates(const flow_sig_query_t *query,
 	}
 	if (total_out)
 		*total_out = total;
-out_free_lists:
 	flow_free(l);
-	return err != FLOW_OK ? (int)err : (int)written;
+	return (int)written;
 }
 
 /* "S(1)", "B", "P". */
@@ -573,7 +590,7 @@ flow_err_t flow_sig_check(const flow_sig_query_t *query,
 			  const flow_mesh_t *mesh, const flow_nd_sig_t *sig,
 			  flow_diag_t *diag)
 {
-	const flow_sig_op_t *op = sig_op_find(query->op);
+	const flow_sig_op_t *op;
 	const flow_sig_t *per_axis[FLOW_MESH_MAX_AXES];
 	char label[FLOW_MESH_NAME_MAX + 4];
 	int64_t ranks;
@@ -581,17 +598,8 @@ flow_err_t flow_sig_check(const flow_sig_query_t *query,
 	flow_err_t err;
 	int joint;
 
-	if (!op)
-		return flow_diag_set(diag, FLOW_ERR_USAGE,
-				     "no signatures for unknown op '%s'",
-				     query->op ? query->op : "");
-	l = flow_alloc(sizeof(*l));
-	if (!l)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM,
-				     "%s: out of memory for signatures",
-				     query->op);
-	if ((err = sig_lists_build(op, query, mesh, l, diag)) != FLOW_OK)
-		goto out_free_lists;
+	if ((err = sig_lists_new(query, mesh, &op, &l, diag)) != FLOW_OK)
+		return err;
 
 	for (int t = 0; t < query->nin + query->nout; t++) {
 		const flow_nd_sbp_t *s = t < query->nin ?
