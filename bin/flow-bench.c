@@ -12,18 +12,25 @@
 #include <string.h>
 
 #include <flow/bench.h>
+#include <flow/bench_comm.h>
+#include <flow/comm.h>
 #include <flow/log.h>
 
 #include "tool.h"
 
 static const char help_text[] =
 	"Usage: flow-bench kernel NAME [options]\n"
+	"       flow-bench comm COLLECTIVE [-b MIN] [-e MAX] [-f FACTOR] [options]\n"
 	"Benchmark flow's CPU kernels against the BLAS and check every result\n"
-	"against the reference kernels.  Writes '#' comment lines and TSV rows\n"
+	"against the reference kernels, or flow's collectives across the ranks\n"
+	"of a job (nccl-tests' columns).  Writes '#' comment lines and TSV rows\n"
 	"(or one JSON document with --json) to standard output.\n"
 	"\n"
 	"Modes:\n"
 	"  kernel NAME        benchmark kernel NAME, each pass (fwd, bwd, ...)\n"
+	"  comm COLLECTIVE    all_reduce, reduce_scatter, all_gather, all_to_all or\n"
+	"                     broadcast, from MIN to MAX bytes; run it under\n"
+	"                     srun --mpi=pmix, mpirun, or with --nproc N\n"
 	"\n"
 	"Kernels (NAME) and their --shape syntax:\n"
 	"  peak          N          cblas_sgemm N x N x N, the GFLOP/s ceiling\n"
@@ -49,6 +56,15 @@ static const char help_text[] =
 	"                         --rtol 0 --atol 0 demands bitwise equality\n"
 	"      --peak-gflops X    use X GFLOP/s as the ceiling for frac_peak\n"
 	"                         instead of measuring it\n"
+	"\n"
+	"Options of comm (also --iters [20] and --warmup [5]):\n"
+	"  -b, --minbytes SIZE    smallest size [8], K/M/G suffixes (binary)\n"
+	"  -e, --maxbytes SIZE    largest size [32M]\n"
+	"  -f, --stepfactor N     multiply the size by N each step [2]\n"
+	"      --dtype TYPE       f32, bf16, f16, i32, i64, u8, u32 [f32]\n"
+	"      --backend B        cpu (shared memory or TCP) or nccl [cpu]\n"
+	"      --comm-timeout S   deadline of each collective, seconds [60]\n"
+	"      --nproc N          start N local ranks with flow's own launcher\n"
 	"  -v, --verbose          more messages on stderr (repeatable)\n"
 	"  -q, --quiet            fewer messages on stderr\n"
 	"      --json             write one JSON document instead of TSV\n"
@@ -66,6 +82,10 @@ enum {
 	OPT_RTOL,
 	OPT_ATOL,
 	OPT_PEAK_GFLOPS,
+	OPT_DTYPE,
+	OPT_BACKEND,
+	OPT_COMM_TIMEOUT,
+	OPT_NPROC,
 };
 
 static const struct option long_options[] = {
@@ -77,6 +97,13 @@ static const struct option long_options[] = {
 	{ "rtol", required_argument, NULL, OPT_RTOL },
 	{ "atol", required_argument, NULL, OPT_ATOL },
 	{ "peak-gflops", required_argument, NULL, OPT_PEAK_GFLOPS },
+	{ "minbytes", required_argument, NULL, 'b' },
+	{ "maxbytes", required_argument, NULL, 'e' },
+	{ "stepfactor", required_argument, NULL, 'f' },
+	{ "dtype", required_argument, NULL, OPT_DTYPE },
+	{ "backend", required_argument, NULL, OPT_BACKEND },
+	{ "comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT },
+	{ "nproc", required_argument, NULL, OPT_NPROC },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -94,6 +121,14 @@ typedef struct bench_opts {
 	size_t nkernels;
 	flow_bench_shape_t shapes[MAX_SHAPES];
 	size_t nshapes;
+	/* comm */
+	bool iters_given, warmup_given;
+	uint64_t min_bytes, max_bytes, factor;
+	const char *dtype_text, *backend_text;
+	flow_dtype_t dtype;
+	flow_comm_backend_t backend;
+	double timeout_s;
+	flow_bench_coll_t coll;
 } bench_opts_t;
 
 typedef struct bench_mode {
@@ -287,10 +322,155 @@ static int kernel_run(const flow_tool_t *tool, bench_opts_t *o)
 	return out.wrong ? 1 : 0;
 }
 
+/* ---- mode "comm" ------------------------------------------------------------ */
+
+static void comm_validate(const flow_tool_t *tool, bench_opts_t *o)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+
+	if (o->nargs < 1)
+		flow_tool_usage_error(tool, "missing collective after 'comm'");
+	if (o->nargs > 1)
+		flow_tool_usage_error(tool, "unexpected argument '%s'",
+				      o->args[1]);
+	if (flow_bench_coll_lookup(o->args[0], &o->coll, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "%s", flow_diag_message(&diag));
+	if (o->nshape_text || o->cfg.peak_gflops > 0 || o->cfg.rtol >= 0 ||
+	    o->cfg.atol >= 0)
+		flow_tool_usage_error(tool,
+				      "options '--shape', '--peak-gflops', '--rtol' and '--atol' are for mode 'kernel'");
+	if (o->min_bytes > o->max_bytes)
+		flow_tool_usage_error(tool,
+				      "'--minbytes' (%llu) is larger than '--maxbytes' (%llu)",
+				      (unsigned long long)o->min_bytes,
+				      (unsigned long long)o->max_bytes);
+	if (flow_dtype_parse(o->dtype_text, &o->dtype, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "%s", flow_diag_message(&diag));
+	if (strcmp(o->backend_text, "cpu") == 0)
+		o->backend = FLOW_COMM_CPU;
+	else if (strcmp(o->backend_text, "nccl") == 0)
+		o->backend = FLOW_COMM_NCCL;
+	else
+		flow_tool_usage_error(tool, "unknown backend '%s' (cpu or nccl)",
+				      o->backend_text);
+	bool reduces = o->coll == FLOW_BENCH_ALL_REDUCE ||
+		       o->coll == FLOW_BENCH_REDUCE_SCATTER;
+	if (reduces && !flow_comm_can_reduce(o->backend, o->dtype))
+		flow_tool_usage_error(tool, "cannot sum dtype '%s'",
+				      o->dtype_text);
+	if (!o->iters_given)
+		o->cfg.iters = 20;
+	if (!o->warmup_given)
+		o->cfg.warmup = 5;
+}
+
+/* The '#' preamble: the configuration and the rank/host/device map. */
+static void comm_write_preamble(const bench_opts_t *o, flow_world_t *w,
+				flow_comm_t *c)
+{
+	const flow_world_info_t *info = flow_world_info(w);
+	printf("# flow-bench comm %s: %d ranks on %d nodes, launcher %s, backend %s (%s), dtype %s, iters %u, warmup %u, timeout %g s\n",
+	       flow_bench_coll_name(o->coll), info->size, info->num_nodes,
+	       info->launcher, o->backend_text, flow_comm_transport(c),
+	       flow_dtype_name(o->dtype), o->cfg.iters, o->cfg.warmup,
+	       o->timeout_s);
+	for (int r = 0; r < info->size; r++)
+		printf("# rank %d: host %s, pid %d, node %d, device %s\n", r,
+		       flow_world_host_of(w, r), flow_world_pid_of(w, r),
+		       flow_world_node_of(w, r),
+		       o->backend == FLOW_COMM_NCCL ? "cuda" : "cpu");
+	printf("size_B\tcount\ttype\tredop\troot\ttime_us\talgbw_GBps\tbusbw_GBps\twrong\n");
+}
+
+static void comm_write_row(const bench_opts_t *o, bool tool_json,
+			   const flow_bench_comm_result_t *r, bool first)
+{
+	bool reduces = o->coll == FLOW_BENCH_ALL_REDUCE ||
+		       o->coll == FLOW_BENCH_REDUCE_SCATTER;
+	const char *redop = reduces ? "sum" : "none";
+	int root = o->coll == FLOW_BENCH_BROADCAST ? 0 : -1;
+	if (tool_json)
+		printf("%s\n{\"size_B\":%zu,\"count\":%zu,\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"time_us\":%.3f,\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"wrong\":%llu}",
+		       first ? "" : ",", r->bytes, r->count,
+		       flow_dtype_name(o->dtype), redop, root, r->time_us,
+		       r->algbw_GBps, r->busbw_GBps,
+		       (unsigned long long)r->wrong);
+	else
+		printf("%zu\t%zu\t%s\t%s\t%d\t%.2f\t%.4f\t%.4f\t%llu\n",
+		       r->bytes, r->count, flow_dtype_name(o->dtype), redop,
+		       root, r->time_us, r->algbw_GBps, r->busbw_GBps,
+		       (unsigned long long)r->wrong);
+}
+
+/* Every rank measures; rank 0 writes.  The world is left through abort
+ * after a failure, so no rank waits for a dead peer in the final fence. */
+static int comm_run(const flow_tool_t *tool, bench_opts_t *o)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_world_t *w = NULL;
+	flow_comm_t *c = NULL;
+	uint64_t wrong = 0;
+	double busbw_sum = 0;
+	int rows = 0;
+
+	if (flow_world_init(&w, o->timeout_s, &diag) != FLOW_OK)
+		return flow_tool_fail(tool, &diag);
+	bool speaks = flow_world_info(w)->rank == 0;
+	if (flow_comm_world(w, o->backend, &c, &diag) != FLOW_OK)
+		goto fail;
+	if (speaks) {
+		if (tool->json)
+			printf("{\"tool\":\"flow-bench\",\"mode\":\"comm\",\"collective\":\"%s\",\"ranks\":%d,\"transport\":\"%s\",\"records\":[",
+			       flow_bench_coll_name(o->coll), flow_comm_size(c),
+			       flow_comm_transport(c));
+		else
+			comm_write_preamble(o, w, c);
+	}
+	for (uint64_t bytes = o->min_bytes; bytes <= o->max_bytes;
+	     bytes = bytes * o->factor > bytes ? bytes * o->factor : UINT64_MAX) {
+		flow_bench_comm_result_t r;
+		if (flow_bench_comm_run(c, o->coll, o->dtype, (size_t)bytes,
+					o->cfg.iters, o->cfg.warmup, &r,
+					&diag) != FLOW_OK)
+			goto fail;
+		if (speaks)
+			comm_write_row(o, tool->json, &r, rows == 0);
+		wrong += r.wrong;
+		busbw_sum += r.busbw_GBps;
+		rows++;
+		if (bytes == UINT64_MAX || o->factor == 1)
+			break;
+	}
+	if (speaks && tool->json)
+		printf("\n],\"avg_busbw_GBps\":%.4f,\"wrong\":%llu,\"result\":\"%s\"}\n",
+		       rows ? busbw_sum / rows : 0, (unsigned long long)wrong,
+		       wrong ? "FAIL" : "PASS");
+	else if (speaks) {
+		printf("# avg busbw: %.4f GB/s\n", rows ? busbw_sum / rows : 0);
+		if (wrong)
+			printf("# FAIL: %llu wrong\n", (unsigned long long)wrong);
+		else
+			printf("# PASS\n");
+	}
+	if (wrong && speaks)
+		flow_tool_error(tool, "%llu wrong results",
+				(unsigned long long)wrong);
+	flow_comm_free(c);
+	if (flow_world_free(w, &diag) != FLOW_OK)
+		return flow_tool_fail(tool, &diag);
+	return wrong ? 1 : 0;
+fail:
+	flow_tool_fail(tool, &diag);
+	flow_comm_free(c);
+	flow_world_abort(w, 1, flow_diag_message(&diag));
+	return 1;
+}
+
 /* ---- modes ------------------------------------------------------------------ */
 
 static const bench_mode_t modes[] = {
 	{ "kernel", kernel_validate, kernel_run },
+	{ "comm", comm_validate, comm_run },
 };
 
 static const bench_mode_t *find_mode(const char *name)
@@ -311,9 +491,18 @@ int main(int argc, char **argv)
 	/* 1. Options. */
 	flow_tool_init(&tool, "flow-bench", help_text,
 		       FLOW_TOOL_LINE_BUFFERED | FLOW_TOOL_COMPUTE);
+	int launched = flow_tool_launch_if_asked(&tool, argc, argv);
+	if (launched >= 0)
+		return launched;
 	memset(&o, 0, sizeof(o));
 	flow_bench_config_init(&o.cfg);
-	while ((opt = getopt_long(argc, argv, ":" FLOW_COMMON_SHORT_OPTIONS,
+	o.min_bytes = 8;
+	o.max_bytes = 32u << 20;
+	o.factor = 2;
+	o.dtype_text = "f32";
+	o.backend_text = "cpu";
+	o.timeout_s = FLOW_COMM_TIMEOUT_DEFAULT;
+	while ((opt = getopt_long(argc, argv, ":" FLOW_COMMON_SHORT_OPTIONS "b:e:f:",
 				  long_options, NULL)) != -1) {
 		if (flow_tool_common_option(&tool, opt, argv))
 			continue;
@@ -328,10 +517,12 @@ int main(int argc, char **argv)
 		case OPT_ITERS:
 			o.cfg.iters = (unsigned)flow_tool_int(&tool, "--iters",
 							      optarg, 1, 1000000);
+			o.iters_given = true;
 			break;
 		case OPT_WARMUP:
 			o.cfg.warmup = (unsigned)flow_tool_int(&tool, "--warmup",
 							       optarg, 0, 1000000);
+			o.warmup_given = true;
 			break;
 		case OPT_SEED:
 			o.cfg.seed = (uint64_t)flow_tool_int(&tool, "--seed",
@@ -349,6 +540,30 @@ int main(int argc, char **argv)
 			o.cfg.peak_gflops = flow_tool_double(&tool, "--peak-gflops",
 							     optarg, 1e-3, 1e12);
 			break;
+		case 'b':
+			o.min_bytes = flow_tool_size(&tool, "--minbytes", optarg);
+			break;
+		case 'e':
+			o.max_bytes = flow_tool_size(&tool, "--maxbytes", optarg);
+			break;
+		case 'f':
+			o.factor = (uint64_t)flow_tool_int(&tool, "--stepfactor",
+							   optarg, 1, 1 << 20);
+			break;
+		case OPT_DTYPE:
+			o.dtype_text = optarg;
+			break;
+		case OPT_BACKEND:
+			o.backend_text = optarg;
+			break;
+		case OPT_NPROC:
+			/* Handled by flow_tool_launch_if_asked, which lets
+			 * --help and --version through to here. */
+			break;
+		case OPT_COMM_TIMEOUT:
+			o.timeout_s = flow_tool_double(&tool, "--comm-timeout",
+						       optarg, 0.001, 1e6);
+			break;
 		default:
 			flow_tool_usage_error(&tool, "unknown option '%s'",
 					      argv[optind - 1]);
@@ -357,7 +572,7 @@ int main(int argc, char **argv)
 
 	/* 2. Validation. */
 	if (optind >= argc)
-		flow_tool_usage_error(&tool, "missing mode (try 'kernel')");
+		flow_tool_usage_error(&tool, "missing mode (kernel or comm)");
 	mode = find_mode(argv[optind]);
 	if (!mode)
 		flow_tool_usage_error(&tool, "unknown mode '%s'", argv[optind]);

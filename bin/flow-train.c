@@ -1,4 +1,5 @@
-/* flow-train: train a GPT on one rank from a flow-shard dataset, writing
+/* flow-train: train a GPT from a flow-shard dataset, on one rank or data
+ * parallel over the ranks of a PMIx job (srun, mpirun, --nproc), writing
  * one TSV row per step, checkpoints, and resuming exactly from them.  The
  * work lives in lib/train.c (the loop), lib/models/gpt.c (the model),
  * lib/graph.c, lib/autograd.c and lib/exec.c (the step), lib/ckpt.c;
@@ -12,8 +13,10 @@
 #include <string.h>
 
 #include <flow/bench.h>
+#include <flow/comm.h>
 #include <flow/log.h>
 #include <flow/train.h>
+#include <flow/world.h>
 
 #include "tool.h"
 
@@ -50,6 +53,12 @@ static const char help_text[] =
 	"      --ckpt-every N     every N steps, and after the last [0: last only]\n"
 	"      --resume CKPT      continue from a checkpoint directory, or 'latest'\n"
 	"                         in --ckpt-dir\n"
+	"\n"
+	"Ranks (see flow(7), LAUNCHING):\n"
+	"      --nproc N          start N data-parallel ranks on this machine\n"
+	"                         (flow's own launcher); under srun --mpi=pmix or\n"
+	"                         mpirun the ranks come from the launcher\n"
+	"      --comm-timeout S   deadline of each collective, seconds [60]\n"
 	"\n"
 	"Inspection:\n"
 	"      --emit-graph       print the training graph (flow-train(1), GRAPH)\n"
@@ -95,6 +104,8 @@ enum {
 	OPT_KERNELS,
 	OPT_DUMP_BATCHES,
 	OPT_DUMP_GRADS,
+	OPT_COMM_TIMEOUT,
+	OPT_NPROC,
 };
 
 static const struct option long_options[] = {
@@ -125,6 +136,8 @@ static const struct option long_options[] = {
 	{ "kernels", required_argument, NULL, OPT_KERNELS },
 	{ "dump-batches", required_argument, NULL, OPT_DUMP_BATCHES },
 	{ "dump-grads", required_argument, NULL, OPT_DUMP_GRADS },
+	{ "comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT },
+	{ "nproc", required_argument, NULL, OPT_NPROC },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -135,6 +148,7 @@ typedef struct train_opts {
 	bool peak_given;
 	const char *eval_batches; /* for "needs --eval-every" */
 	const char *ckpt_every;   /* for "needs --ckpt-dir" */
+	double comm_timeout;
 } train_opts_t;
 
 #define MAX_COUNT ((int64_t)1 << 40)
@@ -237,6 +251,14 @@ static void parse_options(flow_tool_t *tool, train_opts_t *o, int argc,
 		case OPT_DUMP_GRADS:
 			c->dump_grads = optarg;
 			break;
+		case OPT_NPROC:
+			/* Handled by flow_tool_launch_if_asked, which lets
+			 * --help and --version through to here. */
+			break;
+		case OPT_COMM_TIMEOUT:
+			o->comm_timeout = flow_tool_double(tool, "--comm-timeout",
+							   optarg, 0.001, 1e6);
+			break;
 		default:
 			flow_tool_usage_error(tool, "unhandled option '%s'", argv[optind - 1]);
 		}
@@ -337,33 +359,59 @@ static void write_row(const flow_train_row_t *r)
 	putchar('\n');
 }
 
+/* Train on this rank; only rank 0 writes the table.  A failure on any rank
+ * prints its line here and ends the job through the launcher, so no rank
+ * waits for a dead one. */
 static int run_train(flow_tool_t *tool, train_opts_t *o)
 {
 	flow_train_config_t *c = &o->cfg;
 	flow_diag_t diag = FLOW_DIAG_INIT;
-	flow_trainer_t *t;
+	flow_world_t *w = NULL;
+	flow_comm_t *comm = NULL;
+	flow_trainer_t *t = NULL;
+	int status = 0;
 
+	if (flow_world_init(&w, o->comm_timeout, &diag) != FLOW_OK)
+		return flow_tool_fail(tool, &diag);
+	bool speaks = flow_world_info(w)->rank == 0;
+	if (flow_world_info(w)->size > 1) {
+		if (flow_comm_world(w, FLOW_COMM_CPU, &comm, &diag) != FLOW_OK)
+			goto fail;
+		c->comm = comm;
+	}
 	if (!o->peak_given)
 		c->peak_gflops = measure_peak();
 	if (flow_trainer_new(c, &t, &diag) != FLOW_OK)
-		return flow_tool_fail(tool, &diag);
-	flow_trainer_describe(t, stdout);
-	printf("step\tphase\tloss\tlr\tgrad_norm\tms\ttokens_per_s\tmfu\n");
+		goto fail;
+	if (speaks) {
+		flow_trainer_describe(t, stdout);
+		printf("step\tphase\tloss\tlr\tgrad_norm\tms\ttokens_per_s\tmfu\n");
+	}
 
 	flow_train_row_t row;
-	int rc, status = 0;
+	int rc;
 	while ((rc = flow_trainer_next(t, &row, &diag)) > 0) {
-		write_row(&row);
+		if (speaks)
+			write_row(&row);
 		if (row.checkpointed)
 			flow_log(FLOW_LOG_INFO, "checkpoint of step %" PRIu64 " committed", row.step);
 	}
 	if (rc < 0)
-		status = flow_tool_fail(tool, &diag);
+		goto fail;
 	if (c->profile) {
 		fflush(stdout);
 		flow_trainer_print_profile(t, stderr);
 	}
 	flow_trainer_free(t);
+	flow_comm_free(comm);
+	if (flow_world_free(w, &diag) != FLOW_OK)
+		return flow_tool_fail(tool, &diag);
+	return status;
+fail:
+	status = flow_tool_fail(tool, &diag);
+	flow_trainer_free(t);
+	flow_comm_free(comm);
+	flow_world_abort(w, status, flow_diag_message(&diag));
 	return status;
 }
 
@@ -375,9 +423,13 @@ int main(int argc, char **argv)
 	/* 1. Options. */
 	flow_tool_init(&tool, "flow-train", help_text,
 		       FLOW_TOOL_LINE_BUFFERED | FLOW_TOOL_COMPUTE);
+	int launched = flow_tool_launch_if_asked(&tool, argc, argv);
+	if (launched >= 0)
+		return launched;
 	flow_tool_install_signal_cleanup();
 	memset(&o, 0, sizeof o);
 	flow_train_config_init(&o.cfg);
+	o.comm_timeout = FLOW_COMM_TIMEOUT_DEFAULT;
 	parse_options(&tool, &o, argc, argv);
 
 	/* 2. Validation. */

@@ -13,6 +13,7 @@
 
 #include <flow/blas.h>
 #include <flow/file.h>
+#include <flow/launch.h>
 #include <flow/log.h>
 #include <flow/parse.h>
 #include <flow/version.h>
@@ -190,6 +191,80 @@ double flow_tool_double(const flow_tool_t *tool, const char *option,
 		flow_tool_usage_error(tool, "%s: %s", option,
 				      flow_diag_message(&diag));
 	return value;
+}
+
+#define NPROC_OPTION "--nproc"
+#define NPROC_MAX 1024
+
+/* --help and --version answer once, from this process, without ranks. */
+static bool is_info_option(const char *arg)
+{
+	return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0 ||
+	       strcmp(arg, "--version") == 0;
+}
+
+/* The value of the last --nproc before any "--", or NULL when there is
+ * none or when --help or --version is asked for; a --nproc without a value
+ * is a usage error. */
+static const char *find_nproc(const flow_tool_t *tool, int argc, char **argv)
+{
+	const size_t len = strlen(NPROC_OPTION);
+	const char *value = NULL;
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+		if (is_info_option(argv[i]))
+			return NULL;
+		if (strncmp(argv[i], NPROC_OPTION, len) != 0)
+			continue;
+		if (argv[i][len] == '=') {
+			value = argv[i] + len + 1;
+		} else if (argv[i][len] == '\0') {
+			if (i + 1 >= argc)
+				flow_tool_usage_error(tool,
+						      "option '%s' needs a value",
+						      NPROC_OPTION);
+			value = argv[++i];
+		}
+	}
+	return value;
+}
+
+/* N ranks on one machine each start as many OpenMP threads as it has
+ * CPUs unless told otherwise, N times oversubscribing it; give each rank
+ * its share when the user has not chosen. */
+static void share_cpus(int nproc)
+{
+	if (getenv("OMP_NUM_THREADS"))
+		return;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	long share = cpus > nproc ? cpus / nproc : 1;
+	char text[24];
+	snprintf(text, sizeof text, "%ld", share);
+	setenv("OMP_NUM_THREADS", text, 1);
+}
+
+int flow_tool_launch_if_asked(const flow_tool_t *tool, int argc, char **argv)
+{
+	const char *value = find_nproc(tool, argc, argv);
+	if (!value)
+		return -1;
+	int nproc = (int)flow_tool_int(tool, NPROC_OPTION, value, 1,
+				       NPROC_MAX);
+	share_cpus(nproc);
+	char **rank_argv = flow_launch_strip_option(argc, argv, NPROC_OPTION);
+	if (!rank_argv) {
+		flow_tool_error(tool, "out of memory");
+		return 1;
+	}
+	flow_launch_opts_t opts = {
+		.nproc = nproc,
+		.path = NULL, /* this program */
+		.argv = rank_argv,
+		.prog = tool->name,
+	};
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	int status = flow_launch(&opts, &diag);
+	free(rank_argv);
+	return status < 0 ? flow_tool_fail(tool, &diag) : status;
 }
 
 static void cleanup_and_reraise(int sig)

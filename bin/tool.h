@@ -72,6 +72,20 @@ void flow_tool_error(const flow_tool_t *tool, const char *fmt, ...)
 /* Print diag's message as an error and return 1 (2 for FLOW_ERR_USAGE). */
 int flow_tool_fail(const flow_tool_t *tool, const flow_diag_t *diag);
 
+/* The --nproc N (or --nproc=N) option, looked for before getopt runs and
+ * only before a "--" argument.  Absent, or with -h, --help or --version
+ * (answered once, by getopt's usual path): returns -1, and the program goes
+ * on as usual (it may be one of the ranks).  Present: N must be 1 to 1024 (a
+ * usage error exits 2 otherwise); this process becomes the launcher of N
+ * ranks of this same program, run with the same arguments less --nproc
+ * (flow_launch), and the function returns the exit status for main:
+ * the job's status, or flow_tool_fail's when the job could not start.
+ * Call it right after flow_tool_init:
+ *   int st = flow_tool_launch_if_asked(&tool, argc, argv);
+ *   if (st >= 0)
+ *           return st; */
+int flow_tool_launch_if_asked(const flow_tool_t *tool, int argc, char **argv);
+
 /* Strict option values: a bad value is a usage error naming the option. */
 int64_t flow_tool_int(const flow_tool_t *tool, const char *option,
 		      const char *text, int64_t min, int64_t max);

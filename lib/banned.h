@@ -6,6 +6,10 @@
 #ifndef FLOW_BANNED_H
 #define FLOW_BANNED_H
 
+/* config.h first: the libc headers below must see its _GNU_SOURCE, or the
+ * GNU calls they declare (pipe2, strchrnul, environ) stay hidden for the
+ * whole file. */
+#include <config.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

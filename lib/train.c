@@ -48,6 +48,8 @@ struct flow_trainer {
 	uint64_t steps_timed;
 	flow_atomic_file_t *batches;    /* --dump-batches, committed at end */
 	char spec[FLOW_GPT_SPEC_MAX];
+	int dp_rank, dp_size;           /* 0, 1 without a communicator */
+	uint32_t local_batch;           /* this rank's share of batch */
 };
 
 void flow_train_config_init(flow_train_config_t *cfg)
@@ -148,8 +150,8 @@ static flow_err_t trainer_open_data(flow_trainer_t *t, flow_diag_t *diag)
 		.seq_len = c->seq_len,
 		.global_batch = c->batch,
 		.seed = c->seed,
-		.dp_rank = 0,
-		.dp_size = 1,
+		.dp_rank = (uint32_t)t->dp_rank,
+		.dp_size = (uint32_t)t->dp_size,
 		.prefetch = true,
 	};
 	err = flow_loader_open(&o, &t->train, diag);
@@ -164,7 +166,7 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 {
 	const flow_train_config_t *c = &t->cfg;
 	flow_graph_init(&t->graph);
-	flow_err_t err = flow_gpt_build(&c->model, c->batch, c->seq_len,
+	flow_err_t err = flow_gpt_build(&c->model, t->local_batch, c->seq_len,
 					&t->graph, diag);
 	if (err == FLOW_OK)
 		err = flow_graph_backward(&t->graph, diag);
@@ -176,13 +178,15 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 		return err;
 	t->tokens = flow_graph_find(&t->graph, "tokens");
 	t->targets = flow_graph_find(&t->graph, "targets");
-	/* The gradient of the mean loss over the whole step. */
+	/* The gradient of the mean loss over the whole step of all ranks:
+	 * the ranks' gradients then only need summing. */
 	flow_exec_set_loss_scale(t->exec,
 				 (float)(1.0 / ((double)c->batch * c->seq_len *
 						c->grad_accum)));
 	flow_exec_profile_enable(t->exec, c->profile);
+	/* This rank's share: MFU compares it with this rank's ceiling. */
 	t->flops_per_step = flow_gpt_flops_per_token(&c->model, c->seq_len) *
-			    (double)c->batch * c->seq_len * c->grad_accum;
+			    (double)t->local_batch * c->seq_len * c->grad_accum;
 	return FLOW_OK;
 }
 
@@ -253,6 +257,8 @@ static flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
 
 static flow_err_t trainer_checkpoint(flow_trainer_t *t, flow_diag_t *diag)
 {
+	if (t->dp_rank != 0)
+		return FLOW_OK; /* rank 0 holds the same bits */
 	char *dir = flow_ckpt_step_path(t->cfg.ckpt_dir, t->step);
 	if (!dir)
 		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
@@ -382,6 +388,26 @@ out_free_path:
 	return err;
 }
 
+/* Each data-parallel rank takes an equal slice of the global micro-batch. */
+static flow_err_t trainer_split_batch(flow_trainer_t *t, flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	t->dp_rank = c->comm ? flow_comm_rank(c->comm) : 0;
+	t->dp_size = c->comm ? flow_comm_size(c->comm) : 1;
+	if (c->batch == 0 || c->grad_accum == 0)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "batch and grad-accum must be positive");
+	if (c->batch % (uint32_t)t->dp_size)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "batch %" PRIu32 " does not split evenly over %d ranks",
+				     c->batch, t->dp_size);
+	if (t->dp_size > 1 && (c->dump_batches || c->dump_grads))
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "--dump-batches and --dump-grads need one rank");
+	t->local_batch = c->batch / (uint32_t)t->dp_size;
+	return FLOW_OK;
+}
+
 flow_err_t flow_trainer_new(const flow_train_config_t *cfg,
 			    flow_trainer_t **trainer_out, flow_diag_t *diag)
 {
@@ -397,10 +423,7 @@ flow_err_t flow_trainer_new(const flow_train_config_t *cfg,
 	c->lr.total = c->steps;
 	flow_gpt_format(&c->model, t->spec, sizeof t->spec);
 
-	flow_err_t err = FLOW_OK;
-	if (c->batch == 0 || c->grad_accum == 0)
-		err = flow_diag_set(diag, FLOW_ERR_USAGE,
-				    "batch and grad-accum must be positive");
+	flow_err_t err = trainer_split_batch(t, diag);
 	if (err == FLOW_OK)
 		err = trainer_build(t, diag);
 	if (err == FLOW_OK)
@@ -481,6 +504,11 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 		     PRIu32 ": %" PRIu64 " tokens per step, %" PRIu64
 		     " steps\n",
 		c->batch, c->seq_len, c->grad_accum, tokens, c->steps);
+	if (t->dp_size > 1)
+		fprintf(out, "# data parallel over %d ranks (%s): %" PRIu32
+			     " sequences per rank per micro-batch\n",
+			t->dp_size, flow_comm_transport(c->comm),
+			t->local_batch);
 	fprintf(out, "# optimizer adamw lr %g min-lr %g warmup %" PRIu64
 		     " cosine, betas (%g, %g), eps %g, weight-decay %g, "
 		     "clip %g, seed %" PRIu64 "\n",
@@ -513,6 +541,59 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 
 /* ---- steps -------------------------------------------------------------------------- */
 
+/* The mean of a value over the data-parallel ranks, the same bits on
+ * every rank: gathered, then added in rank order. */
+static flow_err_t mean_over_ranks(flow_trainer_t *t, double *value,
+				  flow_diag_t *diag)
+{
+	if (t->dp_size == 1)
+		return FLOW_OK;
+	size_t n = (size_t)t->dp_size;
+	double *all = calloc(n, sizeof *all);
+	size_t *counts = calloc(n, sizeof *counts);
+	flow_err_t err = FLOW_ERR_NOMEM;
+	if (!all || !counts) {
+		flow_diag_set(diag, err, "out of memory");
+		goto out;
+	}
+	for (size_t r = 0; r < n; r++)
+		counts[r] = sizeof(double);
+	err = flow_all_gather(t->cfg.comm, value, all, counts, FLOW_DTYPE_U8,
+			      diag);
+	if (err == FLOW_OK) {
+		double sum = 0.0;
+		for (size_t r = 0; r < n; r++)
+			sum += all[r];
+		*value = sum / (double)n;
+	}
+out:
+	free(all);
+	free(counts);
+	return err;
+}
+
+/* Sum every parameter's gradient over the ranks (each rank's is already
+ * scaled for the global mean). */
+static flow_err_t sum_grads_over_ranks(flow_trainer_t *t, flow_diag_t *diag)
+{
+	if (t->dp_size == 1)
+		return FLOW_OK;
+	const flow_graph_t *g = &t->graph;
+	const int *params;
+	size_t n = flow_adamw_params(t->opt, &params);
+	flow_err_t err = FLOW_OK;
+	for (size_t i = 0; i < n && err == FLOW_OK; i++) {
+		const flow_graph_tensor_t *pt = &g->tensors[params[i]];
+		size_t numel = 0;
+		err = flow_shape_numel(&pt->shape, &numel, diag);
+		float *grad = flow_exec_tensor(t->exec, pt->grad);
+		if (err == FLOW_OK)
+			err = flow_all_reduce(t->cfg.comm, grad, grad, numel,
+					      FLOW_DTYPE_F32, diag);
+	}
+	return err;
+}
+
 static int trainer_eval(flow_trainer_t *t, flow_train_row_t *row,
 			flow_diag_t *diag)
 {
@@ -532,12 +613,15 @@ static int trainer_eval(flow_trainer_t *t, flow_train_row_t *row,
 			return rc;
 		sum += flow_exec_forward(t->exec);
 	}
+	double loss = sum / (double)c->eval_batches;
+	if ((err = mean_over_ranks(t, &loss, diag)) != FLOW_OK)
+		return err;
 	double secs = now_seconds() - t0;
 	flow_exec_profile_add(t->exec, "eval", secs, 0);
 	*row = (flow_train_row_t){
 		.step = t->step,
 		.val = true,
-		.loss = sum / (double)c->eval_batches,
+		.loss = loss,
 		.ms = secs * 1e3,
 		.tokens_per_s = (double)c->eval_batches * c->batch *
 				c->seq_len / secs,
@@ -583,6 +667,12 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 		flow_exec_backward(t->exec);
 	}
 	loss /= c->grad_accum;
+	double ts = now_seconds();
+	if ((err = sum_grads_over_ranks(t, diag)) != FLOW_OK ||
+	    (err = mean_over_ranks(t, &loss, diag)) != FLOW_OK)
+		return err;
+	if (t->dp_size > 1)
+		flow_exec_profile_add(t->exec, "grad-sync", now_seconds() - ts, 0);
 	if (c->dump_grads && step == t->resumed_from + 1) {
 		err = trainer_write_ckpt(t, c->dump_grads, true, diag);
 		if (err != FLOW_OK)

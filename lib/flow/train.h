@@ -12,6 +12,8 @@
 
 #include <stdio.h>
 
+#include <flow/comm.h>
+
 #include <flow/exec.h>
 #include <flow/kernels.h>
 #include <flow/model.h>
@@ -44,6 +46,13 @@ typedef struct flow_train_config {
 	const char *dump_batches; /* file of every batch's tokens, or NULL */
 	const char *dump_grads;  /* checkpoint dir of the first step's
 				  * gradients, or NULL */
+	/* Data parallelism over a CPU communicator (NULL: one rank).  Every
+	 * rank holds the whole model; batch is the global micro-batch, split
+	 * evenly, so each rank reads its slice of the same global batch;
+	 * gradients are summed over the ranks before clipping, so every rank
+	 * takes the same step.  Only communicator rank 0 writes checkpoints
+	 * (the replicas are identical). */
+	flow_comm_t *comm;
 } flow_train_config_t;
 
 /* Defaults: B 4, T = model seq (set by flow_trainer_new when 0), K 1,

@@ -1,0 +1,445 @@
+/* The NCCL backend: device buffers, one NCCL communicator per flow
+ * communicator (split from the parent's for mesh axes), one stream each.
+ *
+ * NCCL runs non-blocking (config.blocking = 0) and every call is waited on
+ * here, polling the stream and ncclCommGetAsyncError until the flow
+ * deadline: a dead or stalled peer then becomes the same one-line error as
+ * on the CPU, after ncclCommAbort, never a hang inside NCCL.  Bootstrap
+ * exchanges (unique id, PCI bus ids, split colors) go through a CPU twin
+ * communicator of the same members (c->host). */
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+/* nccl.h declares a few functions without prototypes: f(). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include "comm_internal.h"
+
+typedef struct nccl_state {
+	ncclComm_t comm;
+	cudaStream_t stream;
+	int *scratch; /* one device int, for the barrier */
+} nccl_state_t;
+
+/* One macro per foreign library (STYLE 10): an ncclResult_t that is not
+ * success or in-progress becomes FLOW_ERR_DEVICE naming NCCL's reason. */
+#define FLOW_NCCL_TRY(c, expr, label)                                        \
+	do {                                                                 \
+		ncclResult_t flow_nccl_r_ = (expr);                          \
+		if (flow_nccl_r_ != ncclSuccess &&                           \
+		    flow_nccl_r_ != ncclInProgress) {                        \
+			err = flow_comm_fail(c, diag, FLOW_ERR_DEVICE,       \
+					     "NCCL: %s (%s)",                \
+					     ncclGetErrorString(flow_nccl_r_), \
+					     ncclGetLastError(NULL));       \
+			goto label;                                          \
+		}                                                            \
+	} while (0)
+
+#define FLOW_CUDA_TRY_C(c, expr, label)                                      \
+	do {                                                                 \
+		cudaError_t flow_cuda_e_ = (expr);                           \
+		if (flow_cuda_e_ != cudaSuccess) {                           \
+			err = flow_comm_fail(c, diag, FLOW_ERR_DEVICE,       \
+					     "CUDA: %s",                     \
+					     cudaGetErrorString(flow_cuda_e_)); \
+			goto label;                                          \
+		}                                                            \
+	} while (0)
+
+static ncclDataType_t nccl_type(flow_dtype_t dtype)
+{
+	switch (dtype) {
+	case FLOW_DTYPE_F32: return ncclFloat32;
+	case FLOW_DTYPE_BF16: return ncclBfloat16;
+	case FLOW_DTYPE_F16: return ncclFloat16;
+	case FLOW_DTYPE_I32: return ncclInt32;
+	case FLOW_DTYPE_I64: return ncclInt64;
+	case FLOW_DTYPE_U32: return ncclUint32;
+	default: return ncclUint8; /* movement only: bytes */
+	}
+}
+
+/* Element count in NCCL's type for a movement of count elements. */
+static size_t nccl_count(size_t count, flow_dtype_t dtype)
+{
+	return nccl_type(dtype) == ncclUint8 ? count * flow_dtype_size(dtype)
+					     : count;
+}
+
+static void nap(void)
+{
+	struct timespec ts = { 0, 20000 };
+	nanosleep(&ts, NULL);
+}
+
+/* Wait for NCCL's asynchronous work: the communicator's own state (during
+ * init and split) or the stream, under the deadline. */
+static flow_err_t wait_done(flow_comm_t *c, nccl_state_t *s, bool stream,
+			    flow_diag_t *diag)
+{
+	for (;;) {
+		ncclResult_t state = ncclSuccess;
+		if (ncclCommGetAsyncError(s->comm, &state) == ncclSuccess &&
+		    state != ncclSuccess && state != ncclInProgress) {
+			int dead = flow_comm_first_dead_peer(c);
+			ncclCommAbort(s->comm);
+			s->comm = NULL;
+			if (dead >= 0)
+				return flow_comm_peer_fail(c, diag, dead,
+							   "died");
+			return flow_comm_fail(c, diag, FLOW_ERR_PEER,
+					      "NCCL: %s (%s)",
+					      ncclGetErrorString(state),
+					      ncclGetLastError(NULL));
+		}
+		if (stream) {
+			cudaError_t q = cudaStreamQuery(s->stream);
+			if (q == cudaSuccess)
+				return FLOW_OK;
+			if (q != cudaErrorNotReady)
+				return flow_comm_fail(c, diag, FLOW_ERR_DEVICE,
+						      "CUDA: %s",
+						      cudaGetErrorString(q));
+		} else if (state == ncclSuccess) {
+			return FLOW_OK;
+		}
+		if (flow_comm_now() > flow_comm_deadline(c)) {
+			int dead = flow_comm_first_dead_peer(c);
+			ncclCommAbort(s->comm);
+			s->comm = NULL;
+			return dead >= 0 ? flow_comm_peer_fail(c, diag, dead,
+							       "died")
+					 : flow_comm_timed_out(c, diag, -1);
+		}
+		nap();
+	}
+}
+
+/* ---- setup ----------------------------------------------------------------- */
+
+typedef struct gpu_id {
+	char bus[32];
+	int32_t node;
+} gpu_id_t;
+
+/* device = local rank % visible devices (pmix-slurm.md §8); two ranks of
+ * one node on the same GPU would reach NCCL as a hang or a crash, so they
+ * are refused here, naming both. */
+static flow_err_t pick_device(flow_comm_t *c, flow_diag_t *diag)
+{
+	const flow_world_info_t *me = flow_world_info(c->world);
+	int n = 0;
+	flow_err_t err = FLOW_OK;
+	gpu_id_t mine = { .node = me->node }, *all = NULL;
+	size_t *counts = NULL;
+	FLOW_CUDA_TRY_C(c, cudaGetDeviceCount(&n), out);
+	c->device = me->local_rank % n;
+	FLOW_CUDA_TRY_C(c, cudaSetDevice(c->device), out);
+	FLOW_CUDA_TRY_C(c, cudaDeviceGetPCIBusId(mine.bus, sizeof mine.bus,
+						 c->device),
+			out);
+	all = calloc((size_t)c->size, sizeof *all);
+	counts = calloc((size_t)c->size, sizeof *counts);
+	if (!all || !counts) {
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	for (int r = 0; r < c->size; r++)
+		counts[r] = sizeof mine;
+	err = flow_all_gather(c->host, &mine, all, counts, FLOW_DTYPE_U8, diag);
+	for (int r = 0; !err && r < c->size; r++)
+		if (r != c->rank && all[r].node == mine.node &&
+		    strcmp(all[r].bus, mine.bus) == 0)
+			err = flow_diag_set(
+				diag, FLOW_ERR_USAGE,
+				"rank %d (%s) and rank %d both use GPU %s: %d ranks on this node see %d GPU(s); give each rank its own (srun --gpus-per-task=1)",
+				me->rank, me->host, c->world_ranks[r], mine.bus,
+				me->local_size, n);
+out:
+	free(all);
+	free(counts);
+	return err;
+}
+
+static flow_err_t init_from_id(flow_comm_t *c, nccl_state_t *s,
+			       flow_diag_t *diag)
+{
+	ncclUniqueId id;
+	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+	flow_err_t err = FLOW_OK;
+	config.blocking = 0;
+	if (c->rank == 0)
+		FLOW_NCCL_TRY(c, ncclGetUniqueId(&id), out);
+	err = flow_broadcast(c->host, &id, sizeof id, FLOW_DTYPE_U8, 0, diag);
+	if (err)
+		goto out;
+	FLOW_NCCL_TRY(c, ncclCommInitRankConfig(&s->comm, c->size, id, c->rank,
+						&config),
+		      out);
+	err = wait_done(c, s, false, diag);
+out:
+	return err;
+}
+
+static void nccl_destroy(flow_comm_t *c)
+{
+	nccl_state_t *s = c->impl;
+	if (!s)
+		return;
+	if (s->comm) {
+		if (c->failed)
+			ncclCommAbort(s->comm);
+		else
+			ncclCommDestroy(s->comm);
+	}
+	if (s->stream)
+		cudaStreamDestroy(s->stream);
+	cudaFree(s->scratch);
+	free(s);
+	c->impl = NULL;
+}
+
+static const flow_comm_ops_t nccl_ops;
+
+flow_err_t flow_comm_nccl_init(flow_comm_t *c, flow_comm_t *parent,
+			       flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	nccl_state_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	c->impl = s;
+	c->ops = &nccl_ops;
+	if (!parent) { /* the world: a CPU twin, a device, a unique id */
+		err = flow_comm_world(c->world, FLOW_COMM_CPU, &c->host, diag);
+		if (!err)
+			err = pick_device(c, diag);
+		if (!err)
+			err = init_from_id(c, s, diag);
+	} else {
+		ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+		nccl_state_t *ps = parent->impl;
+		config.blocking = 0;
+		c->device = parent->device;
+		/* Sibling groups are disjoint, so the first member's world
+		 * rank is a color no sibling shares. */
+		FLOW_NCCL_TRY(c, ncclCommSplit(ps->comm, c->world_ranks[0],
+					       c->rank, &s->comm, &config),
+			      out);
+		err = wait_done(c, s, false, diag);
+	}
+	if (err)
+		goto out;
+	FLOW_CUDA_TRY_C(c, cudaStreamCreateWithFlags(&s->stream,
+						     cudaStreamNonBlocking),
+			out);
+	FLOW_CUDA_TRY_C(c, cudaMalloc((void **)&s->scratch, sizeof(int)), out);
+out:
+	return err;
+}
+
+/* ---- operations --------------------------------------------------------- */
+
+static flow_err_t nccl_all_reduce(flow_comm_t *c, const void *send,
+				  void *recv, size_t count, flow_dtype_t dtype,
+				  flow_diag_t *diag)
+{
+	nccl_state_t *s = c->impl;
+	flow_err_t err = FLOW_OK;
+	FLOW_NCCL_TRY(c, ncclAllReduce(send, recv, count, nccl_type(dtype),
+				       ncclSum, s->comm, s->stream),
+		      out);
+	err = wait_done(c, s, true, diag);
+out:
+	return err;
+}
+
+static bool all_equal(const size_t *counts, int n)
+{
+	for (int r = 1; r < n; r++)
+		if (counts[r] != counts[0])
+			return false;
+	return true;
+}
+
+/* Close a group opened with ncclGroupStart, even after a failed call
+ * inside it; the first error is kept. */
+static flow_err_t group_end(flow_comm_t *c, flow_err_t err, flow_diag_t *diag)
+{
+	ncclResult_t r = ncclGroupEnd();
+	if (!err && r != ncclSuccess && r != ncclInProgress)
+		err = flow_comm_fail(c, diag, FLOW_ERR_DEVICE, "NCCL: %s (%s)",
+				     ncclGetErrorString(r),
+				     ncclGetLastError(NULL));
+	return err;
+}
+
+/* Uneven blocks: one reduce (or broadcast) per owner inside one group. */
+static flow_err_t nccl_reduce_scatter(flow_comm_t *c, const void *send,
+				      void *recv, const size_t *counts,
+				      flow_dtype_t dtype, flow_diag_t *diag)
+{
+	nccl_state_t *s = c->impl;
+	size_t elem = flow_dtype_size(dtype), off = 0;
+	flow_err_t err = FLOW_OK;
+	if (all_equal(counts, c->size)) {
+		FLOW_NCCL_TRY(c, ncclReduceScatter(send, recv, counts[0],
+						   nccl_type(dtype), ncclSum,
+						   s->comm, s->stream),
+			      out);
+		return wait_done(c, s, true, diag);
+	}
+	FLOW_NCCL_TRY(c, ncclGroupStart(), out);
+	for (int r = 0; r < c->size; r++) {
+		FLOW_NCCL_TRY(c, ncclReduce((const char *)send + off * elem,
+					    recv, counts[r], nccl_type(dtype),
+					    ncclSum, r, s->comm, s->stream),
+			      group);
+		off += counts[r];
+	}
+group:
+	err = group_end(c, err, diag);
+	if (!err)
+		err = wait_done(c, s, true, diag);
+out:
+	return err;
+}
+
+static flow_err_t nccl_all_gather(flow_comm_t *c, const void *send,
+				  void *recv, const size_t *counts,
+				  flow_dtype_t dtype, flow_diag_t *diag)
+{
+	nccl_state_t *s = c->impl;
+	size_t elem = flow_dtype_size(dtype), off = 0;
+	flow_err_t err = FLOW_OK;
+	if (all_equal(counts, c->size)) {
+		FLOW_NCCL_TRY(c, ncclAllGather(send, recv,
+					       nccl_count(counts[0], dtype),
+					       nccl_type(dtype), s->comm,
+					       s->stream),
+			      out);
+		return wait_done(c, s, true, diag);
+	}
+	FLOW_NCCL_TRY(c, ncclGroupStart(), out);
+	for (int r = 0; r < c->size; r++) {
+		FLOW_NCCL_TRY(c, ncclBroadcast(send, (char *)recv + off * elem,
+					       nccl_count(counts[r], dtype),
+					       nccl_type(dtype), r, s->comm,
+					       s->stream),
+			      group);
+		off += counts[r];
+	}
+group:
+	err = group_end(c, err, diag);
+	if (!err)
+		err = wait_done(c, s, true, diag);
+out:
+	return err;
+}
+
+static flow_err_t nccl_all_to_all(flow_comm_t *c, const void *send,
+				  const size_t *send_counts, void *recv,
+				  const size_t *recv_counts, flow_dtype_t dtype,
+				  flow_diag_t *diag)
+{
+	nccl_state_t *s = c->impl;
+	size_t elem = flow_dtype_size(dtype), so = 0, ro = 0;
+	flow_err_t err = FLOW_OK;
+	FLOW_NCCL_TRY(c, ncclGroupStart(), out);
+	for (int r = 0; r < c->size; r++) {
+		if (send_counts[r])
+			FLOW_NCCL_TRY(c, ncclSend((const char *)send + so * elem,
+						  send_counts[r] * elem,
+						  ncclUint8, r, s->comm,
+						  s->stream),
+				      group);
+		if (recv_counts[r])
+			FLOW_NCCL_TRY(c, ncclRecv((char *)recv + ro * elem,
+						  recv_counts[r] * elem,
+						  ncclUint8, r, s->comm,
+						  s->stream),
+				      group);
+		so += send_counts[r];
+		ro += recv_counts[r];
+	}
+group:
+	err = group_end(c, err, diag);
+	if (!err)
+		err = wait_done(c, s, true, diag);
+out:
+	return err;
+}
+
+static flow_err_t nccl_broadcast(flow_comm_t *c, void *buf, size_t count,
+				 flow_dtype_t dtype, int root,
+				 flow_diag_t *diag)
+{
+	nccl_state_t *s = c->impl;
+	flow_err_t err = FLOW_OK;
+	FLOW_NCCL_TRY(c, ncclBroadcast(buf, buf, nccl_count(count, dtype),
+				       nccl_type(dtype), root, s->comm,
+				       s->stream),
+		      out);
+	err = wait_done(c, s, true, diag);
+out:
+	return err;
+}
+
+static flow_err_t nccl_send(flow_comm_t *c, const void *buf, size_t bytes,
+			    int peer, flow_diag_t *diag)
+{
+	nccl_state_t *s = c->impl;
+	flow_err_t err = FLOW_OK;
+	FLOW_NCCL_TRY(c, ncclSend(buf, bytes, ncclUint8, peer, s->comm,
+				  s->stream),
+		      out);
+	err = wait_done(c, s, true, diag);
+	if (!err)
+		c->p2p_sent[peer]++;
+out:
+	return err;
+}
+
+static flow_err_t nccl_recv(flow_comm_t *c, void *buf, size_t bytes, int peer,
+			    flow_diag_t *diag)
+{
+	nccl_state_t *s = c->impl;
+	flow_err_t err = FLOW_OK;
+	FLOW_NCCL_TRY(c, ncclRecv(buf, bytes, ncclUint8, peer, s->comm,
+				  s->stream),
+		      out);
+	err = wait_done(c, s, true, diag);
+	if (!err)
+		c->p2p_recvd[peer]++;
+out:
+	return err;
+}
+
+static flow_err_t nccl_barrier(flow_comm_t *c, flow_diag_t *diag)
+{
+	nccl_state_t *s = c->impl;
+	return nccl_all_reduce(c, s->scratch, s->scratch, 1, FLOW_DTYPE_I32,
+			       diag);
+}
+
+static const flow_comm_ops_t nccl_ops = {
+	.transport = "nccl",
+	.all_reduce = nccl_all_reduce,
+	.reduce_scatter = nccl_reduce_scatter,
+	.all_gather = nccl_all_gather,
+	.all_to_all = nccl_all_to_all,
+	.broadcast = nccl_broadcast,
+	.send = nccl_send,
+	.recv = nccl_recv,
+	.barrier = nccl_barrier,
+	.destroy = nccl_destroy,
+};

@@ -1,0 +1,112 @@
+/* The sum kernels of the CPU collectives.
+ *
+ * Work goes in blocks through a small accumulator, so the output may alias
+ * any input and the compiler vectorises each pass.  Signed integers add as
+ * unsigned (defined wrap-around, as NCCL and MPI give in practice); bf16
+ * and f16 accumulate in f32 and round once per element. */
+#include <config.h>
+
+#include <string.h>
+
+#include "comm_internal.h"
+
+#define BLOCK 512
+
+static inline float bf16_to_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+/* The conversion of flow_f32_to_bf16, inlined for the inner loops. */
+static inline uint16_t f32_to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+/* One kernel per element type: acc = srcs[0]; acc += srcs[k] for
+ * k = 1 .. n-1; dst = acc.  STORE and LOAD convert to the accumulator. */
+#define SUM_N(name, elem_t, acc_t, LOAD, STORE)                               \
+	static void name(void *dst, const void *const *srcs, int n,          \
+			 size_t count)                                        \
+	{                                                                     \
+		acc_t acc[BLOCK];                                             \
+		for (size_t base = 0; base < count; base += BLOCK) {         \
+			size_t m = count - base < BLOCK ? count - base : BLOCK; \
+			const elem_t *s = (const elem_t *)srcs[0] + base;     \
+			for (size_t i = 0; i < m; i++)                        \
+				acc[i] = LOAD(s[i]);                          \
+			for (int k = 1; k < n; k++) {                         \
+				s = (const elem_t *)srcs[k] + base;           \
+				for (size_t i = 0; i < m; i++)                \
+					acc[i] += LOAD(s[i]);                 \
+			}                                                     \
+			elem_t *d = (elem_t *)dst + base;                     \
+			for (size_t i = 0; i < m; i++)                        \
+				d[i] = STORE(acc[i]);                         \
+		}                                                             \
+	}
+
+#define AS_IS(x) (x)
+#define TO_U32(x) ((uint32_t)(x))
+#define TO_I32(x) ((int32_t)(x))
+#define TO_U64(x) ((uint64_t)(x))
+#define TO_I64(x) ((int64_t)(x))
+#define TO_U8(x) ((uint8_t)(x))
+#define F16_LOAD(x) flow_f16_to_f32(x)
+#define F16_STORE(x) flow_f32_to_f16(x)
+
+SUM_N(sum_f32, float, float, AS_IS, AS_IS)
+SUM_N(sum_bf16, uint16_t, float, bf16_to_f32, f32_to_bf16)
+SUM_N(sum_f16, uint16_t, float, F16_LOAD, F16_STORE)
+SUM_N(sum_i32, int32_t, uint32_t, TO_U32, TO_I32)
+SUM_N(sum_i64, int64_t, uint64_t, TO_U64, TO_I64)
+SUM_N(sum_u32, uint32_t, uint32_t, AS_IS, AS_IS)
+SUM_N(sum_u8, uint8_t, uint32_t, AS_IS, TO_U8)
+
+void flow_comm_sum_n(void *dst, const void *const *srcs, int n, size_t count,
+		     flow_dtype_t dtype)
+{
+	switch (dtype) {
+	case FLOW_DTYPE_F32: sum_f32(dst, srcs, n, count); break;
+	case FLOW_DTYPE_BF16: sum_bf16(dst, srcs, n, count); break;
+	case FLOW_DTYPE_F16: sum_f16(dst, srcs, n, count); break;
+	case FLOW_DTYPE_I32: sum_i32(dst, srcs, n, count); break;
+	case FLOW_DTYPE_I64: sum_i64(dst, srcs, n, count); break;
+	case FLOW_DTYPE_U32: sum_u32(dst, srcs, n, count); break;
+	case FLOW_DTYPE_U8: sum_u8(dst, srcs, n, count); break;
+	default: break; /* flow_comm_can_reduce refused it earlier */
+	}
+}
+
+void flow_comm_sum_into(void *dst, const void *src, size_t count,
+			flow_dtype_t dtype)
+{
+	const void *srcs[2] = { dst, src };
+	flow_comm_sum_n(dst, srcs, 2, count, dtype);
+}
+
+bool flow_comm_can_reduce(flow_comm_backend_t backend, flow_dtype_t dtype)
+{
+	switch (dtype) {
+	case FLOW_DTYPE_F32:
+	case FLOW_DTYPE_BF16:
+	case FLOW_DTYPE_F16:
+	case FLOW_DTYPE_I32:
+	case FLOW_DTYPE_I64:
+	case FLOW_DTYPE_U8:
+	case FLOW_DTYPE_U32:
+		return true;
+	case FLOW_DTYPE_U16: /* neither NCCL nor the CPU kernels have it */
+	default:
+		(void)backend;
+		return false;
+	}
+}

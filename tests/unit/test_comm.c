@@ -1,0 +1,247 @@
+/* The communicator API on one rank (the multi-rank behaviour is tested
+ * under real launchers in tests/cluster): a process started without a
+ * launcher is a singleton world, its communicators copy, and bad arguments
+ * are refused the same way they would be on many ranks. */
+#include <config.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <flow/bench_comm.h>
+#include <flow/comm.h>
+#include <flow/launch.h>
+
+static flow_world_t *world;
+static flow_comm_t *comm;
+
+static int setup(void **state)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	(void)state;
+	/* Inherited launcher variables would change what init sees. */
+	unsetenv("PMIX_NAMESPACE");
+	unsetenv("SLURM_STEP_NUM_TASKS");
+	unsetenv("OMPI_COMM_WORLD_SIZE");
+	unsetenv("PMI_SIZE");
+	if (flow_world_init(&world, 5.0, &diag) != FLOW_OK ||
+	    flow_comm_world(world, FLOW_COMM_CPU, &comm, &diag) != FLOW_OK) {
+		print_error("%s\n", diag.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	flow_comm_free(comm);
+	return flow_world_free(world, NULL) == FLOW_OK ? 0 : -1;
+}
+
+static void test_comm_no_launcher_gives_a_singleton_world(void **state)
+{
+	const flow_world_info_t *info = flow_world_info(world);
+	(void)state;
+	assert_int_equal(info->rank, 0);
+	assert_int_equal(info->size, 1);
+	assert_int_equal(info->local_rank, 0);
+	assert_int_equal(info->local_size, 1);
+	assert_int_equal(info->num_nodes, 1);
+	assert_string_equal(info->launcher, "singleton");
+	assert_true(info->host[0] != '\0');
+	assert_int_equal(flow_world_pid_of(world, 0), (int)getpid());
+	assert_true(flow_world_timeout(world) == 5.0);
+	assert_int_equal(flow_comm_size(comm), 1);
+	assert_string_equal(flow_comm_transport(comm), "self");
+	assert_int_equal(flow_comm_device(comm), -1);
+}
+
+static void test_comm_init_rejects_a_non_positive_deadline(void **state)
+{
+	flow_world_t *w = (flow_world_t *)1;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	(void)state;
+	assert_int_equal(flow_world_init(&w, 0, &diag), FLOW_ERR_USAGE);
+	assert_null(w);
+	assert_non_null(strstr(diag.msg, "deadline must be positive"));
+}
+
+static void test_comm_one_rank_collectives_copy(void **state)
+{
+	float in[5] = { 1, -2, 3.5f, 4, 5 }, out[5] = { 0 };
+	size_t counts[1] = { 5 };
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	(void)state;
+	uint64_t seq = flow_comm_seq(comm);
+	assert_int_equal(flow_all_reduce(comm, in, out, 5, FLOW_DTYPE_F32, &diag),
+			 FLOW_OK);
+	assert_memory_equal(in, out, sizeof in);
+	memset(out, 0, sizeof out);
+	assert_int_equal(flow_all_gather(comm, in, out, counts, FLOW_DTYPE_F32,
+					 &diag),
+			 FLOW_OK);
+	assert_memory_equal(in, out, sizeof in);
+	memset(out, 0, sizeof out);
+	assert_int_equal(flow_reduce_scatter(comm, in, out, counts,
+					     FLOW_DTYPE_F32, &diag),
+			 FLOW_OK);
+	assert_memory_equal(in, out, sizeof in);
+	memset(out, 0, sizeof out);
+	assert_int_equal(flow_all_to_all(comm, in, counts, out, counts,
+					 FLOW_DTYPE_F32, &diag),
+			 FLOW_OK);
+	assert_memory_equal(in, out, sizeof in);
+	assert_int_equal(flow_broadcast(comm, in, 5, FLOW_DTYPE_F32, 0, &diag),
+			 FLOW_OK);
+	assert_int_equal(flow_barrier(comm, &diag), FLOW_OK);
+	/* In place, and zero elements. */
+	assert_int_equal(flow_all_reduce(comm, in, in, 5, FLOW_DTYPE_F32, &diag),
+			 FLOW_OK);
+	assert_int_equal(flow_all_reduce(comm, NULL, NULL, 0, FLOW_DTYPE_F32,
+					 &diag),
+			 FLOW_OK);
+	/* Every collective counts, point to point does not. */
+	assert_int_equal(flow_comm_seq(comm), seq + 8);
+}
+
+static void test_comm_bad_arguments_are_usage_errors(void **state)
+{
+	float x = 1;
+	uint16_t h = 1;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	(void)state;
+	assert_int_equal(flow_broadcast(comm, &x, 1, FLOW_DTYPE_F32, 1, &diag),
+			 FLOW_ERR_USAGE);
+	assert_string_equal(diag.msg,
+			    "root 1 is not a rank of a 1-rank communicator");
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_all_reduce(comm, &h, &h, 1, FLOW_DTYPE_U16, &diag),
+			 FLOW_ERR_USAGE);
+	assert_string_equal(diag.msg, "cannot sum dtype 'u16'");
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_send(comm, &x, 1, FLOW_DTYPE_F32, 0, &diag),
+			 FLOW_ERR_USAGE);
+	assert_string_equal(diag.msg, "rank 0 cannot send to itself");
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_all_reduce(comm, &x, &x, SIZE_MAX / 2,
+					 FLOW_DTYPE_F32, &diag),
+			 FLOW_ERR_RANGE);
+	assert_false(flow_comm_can_reduce(FLOW_COMM_CPU, FLOW_DTYPE_U16));
+	assert_true(flow_comm_can_reduce(FLOW_COMM_CPU, FLOW_DTYPE_BF16));
+}
+
+static void test_comm_split_and_mesh_axes_on_one_rank(void **state)
+{
+	flow_comm_t *child = NULL;
+	flow_mesh_t mesh;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	(void)state;
+	assert_int_equal(flow_comm_split(comm, 3, 0, &child, &diag), FLOW_OK);
+	assert_int_equal(flow_comm_size(child), 1);
+	assert_int_equal(flow_comm_world_rank(child, 0), 0);
+	flow_comm_free(child);
+	assert_int_equal(flow_comm_split(comm, -1, 0, &child, &diag),
+			 FLOW_ERR_USAGE);
+	assert_null(child);
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_mesh_parse("1x1:dp,tp", &mesh, &diag), FLOW_OK);
+	assert_int_equal(flow_comm_mesh_axes(comm, &mesh, 1u, &child, &diag),
+			 FLOW_OK);
+	assert_int_equal(flow_comm_size(child), 1);
+	flow_comm_free(child);
+	assert_int_equal(flow_mesh_parse("2x2", &mesh, &diag), FLOW_OK);
+	assert_int_equal(flow_comm_mesh_axes(comm, &mesh, 1u, &child, &diag),
+			 FLOW_ERR_USAGE);
+	assert_string_equal(diag.msg,
+			    "mesh '2x2' does not cover exactly the 1 ranks of the communicator");
+}
+
+static void test_comm_nccl_needs_a_build_with_it(void **state)
+{
+#ifndef HAVE_NCCL
+	flow_comm_t *c = NULL;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	(void)state;
+	assert_int_equal(flow_comm_world(world, FLOW_COMM_NCCL, &c, &diag),
+			 FLOW_ERR_NOTSUP);
+	assert_null(c);
+#else
+	(void)state;
+	skip();
+#endif
+}
+
+static void test_comm_bench_factors_follow_nccl_tests(void **state)
+{
+	flow_bench_coll_t op;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	(void)state;
+	assert_true(flow_bench_coll_busbw_factor(FLOW_BENCH_ALL_REDUCE, 4) == 1.5);
+	assert_true(flow_bench_coll_busbw_factor(FLOW_BENCH_ALL_GATHER, 4) == 0.75);
+	assert_true(flow_bench_coll_busbw_factor(FLOW_BENCH_REDUCE_SCATTER, 2) == 0.5);
+	assert_true(flow_bench_coll_busbw_factor(FLOW_BENCH_ALL_TO_ALL, 8) == 0.875);
+	assert_true(flow_bench_coll_busbw_factor(FLOW_BENCH_BROADCAST, 8) == 1.0);
+	assert_int_equal(flow_bench_coll_lookup("all_to_all", &op, &diag), FLOW_OK);
+	assert_int_equal(op, FLOW_BENCH_ALL_TO_ALL);
+	assert_int_equal(flow_bench_coll_lookup("allreduce", &op, &diag),
+			 FLOW_ERR_USAGE);
+	assert_non_null(strstr(diag.msg, "unknown collective 'allreduce'"));
+}
+
+static void test_comm_bench_checks_every_collective(void **state)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	(void)state;
+	for (int op = 0; op < FLOW_BENCH_NCOLLS; op++) {
+		flow_bench_comm_result_t r;
+		assert_int_equal(flow_bench_comm_run(comm, (flow_bench_coll_t)op,
+						     FLOW_DTYPE_BF16, 1000, 2, 1,
+						     &r, &diag),
+				 FLOW_OK);
+		assert_int_equal(r.bytes, 1000);
+		assert_int_equal(r.count, 500);
+		assert_int_equal(r.wrong, 0);
+		assert_true(r.time_us >= 0);
+	}
+}
+
+static void test_comm_strip_option_removes_nproc(void **state)
+{
+	char *argv1[] = { "flow-train", "--nproc", "4", "--steps", "3", NULL };
+	char *argv2[] = { "flow-train", "--steps=3", "--nproc=2", NULL };
+	(void)state;
+	char **out = flow_launch_strip_option(5, argv1, "--nproc");
+	assert_non_null(out);
+	assert_string_equal(out[0], "flow-train");
+	assert_string_equal(out[1], "--steps");
+	assert_string_equal(out[2], "3");
+	assert_null(out[3]);
+	free(out);
+	out = flow_launch_strip_option(3, argv2, "--nproc");
+	assert_string_equal(out[1], "--steps=3");
+	assert_null(out[2]);
+	free(out);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_comm_no_launcher_gives_a_singleton_world),
+		cmocka_unit_test(test_comm_init_rejects_a_non_positive_deadline),
+		cmocka_unit_test(test_comm_one_rank_collectives_copy),
+		cmocka_unit_test(test_comm_bad_arguments_are_usage_errors),
+		cmocka_unit_test(test_comm_split_and_mesh_axes_on_one_rank),
+		cmocka_unit_test(test_comm_nccl_needs_a_build_with_it),
+		cmocka_unit_test(test_comm_bench_factors_follow_nccl_tests),
+		cmocka_unit_test(test_comm_bench_checks_every_collective),
+		cmocka_unit_test(test_comm_strip_option_removes_nproc),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
