@@ -505,42 +505,44 @@ flow_err_t flow_all_reduce(flow_comm_t *c, const void *send, void *recv,
 	return c->ops->all_reduce(c, send, recv, count, dtype, diag);
 }
 
-flow_err_t flow_reduce_scatter(flow_comm_t *c, const void *send, void *recv,
-			       const size_t *counts, flow_dtype_t dtype,
-			       flow_diag_t *diag)
+/* Reduce-scatter and all-gather share their checks and their one-rank
+ * case (a copy of the single block); the backend does the rest. */
+static flow_err_t blocks_op(flow_comm_t *c, flow_comm_op_t op,
+			    const void *send, void *recv, const size_t *counts,
+			    flow_dtype_t dtype, flow_diag_t *diag)
 {
 	size_t total = 0;
-	flow_err_t err = check_usable(c, dtype, true, diag);
+	bool reduce = op == FLOW_OP_REDUCE_SCATTER;
+	flow_err_t err = check_usable(c, dtype, reduce, diag);
 	if (!err)
 		err = total_of(c, counts, dtype, &total, diag);
 	if (err)
 		return err;
-	begin(c, FLOW_OP_REDUCE_SCATTER);
+	begin(c, op);
 	if (!c->ops || total == 0) {
 		if (total)
 			memcpy(recv, send, total * flow_dtype_size(dtype));
 		return FLOW_OK;
 	}
-	return c->ops->reduce_scatter(c, send, recv, counts, dtype, diag);
+	return reduce ? c->ops->reduce_scatter(c, send, recv, counts, dtype,
+					       diag)
+		      : c->ops->all_gather(c, send, recv, counts, dtype, diag);
+}
+
+flow_err_t flow_reduce_scatter(flow_comm_t *c, const void *send, void *recv,
+			       const size_t *counts, flow_dtype_t dtype,
+			       flow_diag_t *diag)
+{
+	return blocks_op(c, FLOW_OP_REDUCE_SCATTER, send, recv, counts, dtype,
+			 diag);
 }
 
 flow_err_t flow_all_gather(flow_comm_t *c, const void *send, void *recv,
 			   const size_t *counts, flow_dtype_t dtype,
 			   flow_diag_t *diag)
 {
-	size_t total = 0;
-	flow_err_t err = check_usable(c, dtype, false, diag);
-	if (!err)
-		err = total_of(c, counts, dtype, &total, diag);
-	if (err)
-		return err;
-	begin(c, FLOW_OP_ALL_GATHER);
-	if (!c->ops || total == 0) {
-		if (total)
-			memcpy(recv, send, total * flow_dtype_size(dtype));
-		return FLOW_OK;
-	}
-	return c->ops->all_gather(c, send, recv, counts, dtype, diag);
+	return blocks_op(c, FLOW_OP_ALL_GATHER, send, recv, counts, dtype,
+			 diag);
 }
 
 flow_err_t flow_all_to_all(flow_comm_t *c, const void *send,

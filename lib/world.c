@@ -260,7 +260,8 @@ static flow_err_t fence(flow_world_t *w, bool collect, const char *what,
 static flow_err_t join_pmix(flow_world_t *w, flow_diag_t *diag)
 {
 	pmix_status_t rc = PMIx_Init(&w->me, NULL, 0);
-	if (rc == PMIX_ERR_UNREACH && getenv("PMIX_NAMESPACE"))
+	/* UNREACH, or NOT-FOUND when PMIX_RANK is missing too. */
+	if (rc != PMIX_SUCCESS && getenv("PMIX_NAMESPACE"))
 		return flow_diag_set(
 			diag, FLOW_ERR_USAGE,
 			"PMIX_NAMESPACE is set ('%s') but its PMIx server cannot be reached: a stale launcher environment?",
@@ -407,6 +408,16 @@ static flow_err_t exchange_peers(flow_world_t *w, flow_diag_t *diag)
 	return FLOW_OK;
 }
 
+/* What init allocated and opened, without leaving the job. */
+static void release(flow_world_t *w)
+{
+	if (w->listen_fd >= 0)
+		close(w->listen_fd);
+	free(w->peers);
+	free(w->nodes);
+	free(w);
+}
+
 flow_err_t flow_world_init(flow_world_t **out, double timeout_s,
 			   flow_diag_t *diag)
 {
@@ -447,11 +458,7 @@ flow_err_t flow_world_init(flow_world_t **out, double timeout_s,
 fail:
 	/* No PMIx_Finalize: after a stale-environment failure it crashes, and
 	 * the process is about to exit anyway. */
-	if (w->listen_fd >= 0)
-		close(w->listen_fd);
-	free(w->peers);
-	free(w->nodes);
-	free(w);
+	release(w);
 	return err;
 }
 
@@ -504,22 +511,20 @@ flow_err_t flow_world_free(flow_world_t *w, flow_diag_t *diag)
 #else
 	(void)diag;
 #endif
-	if (w->listen_fd >= 0)
-		close(w->listen_fd);
-	free(w->peers);
-	free(w->nodes);
-	free(w);
+	release(w);
 	return err;
 }
 
 void flow_world_abort(flow_world_t *w, int status, const char *msg)
 {
+	if (!w)
+		return;
 #ifdef HAVE_PMIX
-	if (w && w->pmix && w->info.size > 1)
+	if (w->pmix && w->info.size > 1)
 		(void)PMIx_Abort(status, msg, NULL, 0);
 #else
-	(void)w;
 	(void)status;
 	(void)msg;
 #endif
+	release(w);
 }

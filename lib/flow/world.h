@@ -82,8 +82,9 @@ FLOW_EXPORT flow_err_t flow_world_allgather(flow_world_t *w, const char *key,
 FLOW_EXPORT flow_err_t flow_world_free(flow_world_t *w, flow_diag_t *diag);
 
 /* Ask the launcher to end the whole job with status (PMIx_Abort), after the
- * caller has printed its own one-line error (launchers do not print msg).
- * Returns; the caller should then exit with status. */
+ * caller has printed its own one-line error (launchers do not print msg),
+ * and free w without the final fence (the other ranks may be gone).
+ * Returns; the caller should then exit with status.  NULL is a no-op. */
 FLOW_EXPORT void flow_world_abort(flow_world_t *w, int status,
 				  const char *msg);
 

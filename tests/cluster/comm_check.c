@@ -33,15 +33,7 @@
 #include <flow/world.h>
 
 #ifdef HAVE_NCCL
-/* Device memory helpers of <flow/kernels_cuda.h>.  That header includes
- * cuda_runtime_api.h, and this program is not built with $(CUDA_CPPFLAGS),
- * so the four declarations it needs are repeated here. */
-flow_err_t flow_cuda_malloc(void **ptr_out, size_t bytes, flow_diag_t *diag);
-void flow_cuda_free(void *ptr);
-flow_err_t flow_cuda_copy_to_device(void *dst, const void *src, size_t bytes,
-				    flow_diag_t *diag);
-flow_err_t flow_cuda_copy_to_host(void *dst, const void *src, size_t bytes,
-				  flow_diag_t *diag);
+#include <flow/kernels_cuda.h> /* device memory for the NCCL backend */
 #endif
 
 #define PROG "comm_check"
@@ -93,7 +85,7 @@ static const char usage_text[] =
 	"something failed, 2 for a usage error; with --nproc, the status of the\n"
 	"first rank that failed (128+N when signal N killed it).\n";
 
-/* ---- options ----------------------------------------------------------- */
+/* ---- options ------------------------------------------------------------- */
 
 typedef struct options {
 	int nproc; /* 0: this process is a rank */
@@ -925,7 +917,7 @@ static flow_err_t run_suite(suite_t *s)
 	return err;
 }
 
-/* ---- communicators -------------------------------------------------------- */
+/* ---- communicators ------------------------------------------------------- */
 
 static void suite_init(suite_t *s, job_t *job, flow_comm_t *comm,
 		       uint64_t salt, bool large, const char *name)
@@ -1072,7 +1064,7 @@ static flow_err_t check_everything(job_t *job, flow_comm_t *world,
 	return FLOW_OK;
 }
 
-/* ---- soak ------------------------------------------------------------------ */
+/* ---- soak ---------------------------------------------------------------- */
 
 /* DIR/pid.RANK = "PID HOST", written whole or not at all. */
 static flow_err_t write_pid_file(job_t *job)
@@ -1150,7 +1142,7 @@ static flow_err_t soak(job_t *job, flow_comm_t *world)
 	return err;
 }
 
-/* ---- main ------------------------------------------------------------------ */
+/* ---- main ---------------------------------------------------------------- */
 
 static int launch(int argc, char **argv, const options_t *opt)
 {
@@ -1173,9 +1165,10 @@ static int launch(int argc, char **argv, const options_t *opt)
 	return status;
 }
 
-/* The world of a rank that failed.  There is no freeing it: flow_world_free
- * fences with every rank, and some are gone or stuck.  Kept reachable, so
- * that LeakSanitizer does not count it as a leak. */
+/* The world of a soak rank that failed and, to let the others report for
+ * themselves, does not abort the job.  There is no freeing it then:
+ * flow_world_free fences with every rank, and some are gone or stuck.
+ * Kept reachable, so that LeakSanitizer does not count it as a leak. */
 static flow_world_t *volatile abandoned_world;
 
 static int fail(job_t *job)
@@ -1237,7 +1230,6 @@ out_abort:
 	status = fail(&job);
 	flow_comm_free(world);
 	flow_world_abort(job.world, status, flow_diag_message(&job.diag));
-	abandoned_world = job.world;
 	return status;
 }
 

@@ -7,7 +7,7 @@
 #
 # Every test that needs a tool it cannot find, or root for Slurm, skips and
 # says why.  A cluster that should start but does not is a failure.
-# shellcheck shell=bash disable=SC2034 # variables are used by the .bats files
+# shellcheck shell=bash disable=SC2034,SC2154 # bats sets and reads these
 
 : "${top_srcdir:=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
@@ -59,6 +59,14 @@ assert_summary() {
 need_comm_check() {
 	[ -x "$COMM_CHECK" ] ||
 		skip "comm_check is not built (make tests/cluster/comm_check)"
+	need_pmix_build
+}
+
+# A build without PMIx (no libpmix-dev at configure time) has one-rank
+# worlds only: no launcher, no multi-rank test.
+need_pmix_build() {
+	flow-bench --version | grep -q 'pmix: yes' ||
+		skip "this build has no PMIx (install libpmix-dev and reconfigure)"
 }
 
 # need_cmd NAME...: skip unless every NAME is on PATH.
@@ -82,9 +90,10 @@ slurm_missing() {
 			return
 		}
 	done
-	# mpi/pmix dlopens the unversioned libpmix.so of libpmix-dev.
-	if ! pkg-config --exists pmix 2>/dev/null; then
-		echo "pkg-config finds no pmix (libpmix-dev)"
+	# mpi/pmix dlopens the unversioned libpmix.so of libpmix-dev
+	# (pmix-slurm.md gotcha 6).
+	if ! ls /usr/lib/*/pmix2/lib/libpmix.so >/dev/null 2>&1; then
+		echo "no pmix2/lib/libpmix.so for Slurm's mpi/pmix (libpmix-dev)"
 	fi
 }
 
@@ -186,6 +195,26 @@ wait_for_files() {
 # pid_of DIR RANK: the pid that rank RANK wrote.
 pid_of() {
 	read -r pid _ <"$1/pid.$2" && echo "$pid"
+}
+
+# background JOB...: remember background jobs (launches under `timeout`,
+# or launchers) for stop_background.
+BG_JOBS=()
+background() {
+	BG_JOBS+=("$@")
+}
+
+# stop_background: in teardown, end what a failed test left running; the
+# launchers pass SIGTERM on to their ranks (timeout to its command).
+stop_background() {
+	local pid running
+	# Only jobs this shell has not waited for: the PID of one that ended
+	# and was waited for may belong to someone else by now.
+	running=" $(jobs -p | tr '\n' ' ') "
+	for pid in "${BG_JOBS[@]}"; do
+		case $running in *" $pid "*) kill -TERM "$pid" 2>/dev/null || true ;; esac
+	done
+	BG_JOBS=()
 }
 
 # wait_pid PID SECONDS: wait for background job PID (a child of this

@@ -1,10 +1,11 @@
 #!/usr/bin/env bats
 # A rank dies (kill -9) or stalls in the middle of a large all-reduce: the
 # others must stop within the communicator's deadline, never hang, and say
-# which rank it was.  Under flow's --nproc launcher the launcher names it;
-# under srun (no -K, so flow's own detection is what ends the step) every
-# survivor does, on one node and across two; under mpirun the job must end
-# in time.
+# which rank it was.  Under flow's --nproc launcher the launcher names it.
+# Under srun, on one node and across two, every survivor must notice by
+# itself and say so: there is no -K, and Slurm's mpi/pmix plugin only
+# cancels the step about a second after a task is killed.  Under mpirun the
+# job must end in time.
 
 bats_require_minimum_version 1.5.0
 load common
@@ -31,6 +32,10 @@ setup() {
 	mkdir pids
 }
 
+teardown() {
+	stop_background
+}
+
 # soak_start N CMD...: run CMD (a launch of N ranks of comm_check --soak)
 # in the background, its output to out and err, and wait until every rank
 # is about to start its all-reduces.
@@ -39,6 +44,7 @@ soak_start() {
 	shift
 	timeout "$LAUNCH_TIMEOUT" "$@" >out 2>err &
 	SOAK_JOB=$!
+	background "$SOAK_JOB"
 	wait_for_files "$n" pids 60
 	SOAK_MARK=$(now_ms)
 }

@@ -13,7 +13,7 @@ TRAIN=(--model "$MODEL" --batch 4 --seq-len 32 --grad-accum 2 --steps 20
 	--warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20)
 
 setup_file() {
-	FLOW_SLURM_SUBNET=10.79.47 slurm_up SLURM2 7147 -n 2
+	FLOW_SLURM_SUBNET=10.79.67 slurm_up SLURM2 7167 -n 2
 	cd "$BATS_FILE_TMPDIR"
 	for i in $(seq 1 3000); do
 		printf 'the %s fox jumps over the %s dog, line %d.\n' \
@@ -29,6 +29,7 @@ teardown_file() {
 }
 
 setup() {
+	need_pmix_build
 	cd "$BATS_TEST_TMPDIR"
 	DATA=$BATS_FILE_TMPDIR/data
 	ONE=$BATS_FILE_TMPDIR/one.tsv

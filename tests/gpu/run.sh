@@ -592,6 +592,39 @@ if [ -s "$gpu_out" ]; then
 "
 fi
 
+# ---- 6b. NCCL collectives ------------------------------------------------------------------
+# Every collective through the NCCL backend on device buffers, checked bit
+# for bit by flow-bench comm (one rank per GPU, flow's own launcher); one
+# test per collective.  A GPU machine without NCCL in the build is a failure.
+if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
+	if grep -q 'HAVE_NCCL 1' "$build/config.h"; then
+		ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+		[ "${ngpu:-0}" -ge 1 ] || ngpu=1
+		for coll in all_reduce reduce_scatter all_gather all_to_all broadcast; do
+			t=$(cap 60)
+			if [ "$t" -lt 5 ]; then
+				note "nccl $coll: NOT RUN: the budget is spent"
+				failed=$((failed + 1))
+				continue
+			fi
+			rc=0
+			timeout -k 5 "$t" "$build/bin/flow-bench" comm "$coll" --backend nccl \
+				-b 8 -e 64M -f 8 --iters 5 --warmup 2 --comm-timeout 30 --nproc "$ngpu" \
+				>>"$logs/gpu.log" 2>&1 || rc=$?
+			if [ "$rc" -eq 0 ]; then
+				passed=$((passed + 1))
+				note "nccl $coll on $ngpu GPU(s): PASS ($(grep -E '^# avg busbw' "$logs/gpu.log" | tail -n 1))"
+			else
+				failed=$((failed + 1))
+				note "FAILED: nccl $coll on $ngpu GPU(s): exit $rc (see gpu.log)"
+			fi
+		done
+	else
+		note "FAILED: this build has no NCCL (see configure.log)"
+		failed=$((failed + 1))
+	fi
+fi
+
 # ---- 7. CPU unit tests -----------------------------------------------------------------------
 run_phase check 240 "$logs/check.log" make -C "$build" -j"$jobs" check
 check_rc=$phase_rc
