@@ -15,8 +15,9 @@
  * operation, which only writes the buffer of its own step.  Point-to-point
  * traffic uses a ring per ordered pair and never touches the step count.
  *
- * Waiting spins briefly and then sleeps on a futex, in slices, so that a
- * dead peer or a passed deadline ends the wait. */
+ * Waiting spins briefly, then yields the CPU for a while, then sleeps on a
+ * futex in slices, so that a dead peer or a passed deadline ends the
+ * wait. */
 #include <config.h>
 
 #include <errno.h>
@@ -45,7 +46,7 @@
 #error "the shared-memory backend needs lock-free 32- and 64-bit atomics"
 #endif
 
-#define SHM_MAGIC UINT64_C(0x31306d6873776f6c) /* "lowshm01" */
+#define SHM_MAGIC UINT64_C(0x316d6873776f6c66) /* "flowshm1" */
 #define SHM_VERSION 1u
 #define SHM_LINE 64
 #define SHM_PAGE 4096
@@ -54,11 +55,11 @@
 /* Staging buffer per member: large enough that synchronisation is a small
  * part of a step, small enough that every member's buffers stay in cache;
  * all members' buffers together stay within SHM_BUF_BUDGET. */
-#define SHM_BUF_MAX ((size_t)1 << 20)
+#define SHM_BUF_MAX ((size_t)512 << 10)
 #define SHM_BUF_MIN ((size_t)64 << 10)
 #define SHM_BUF_BUDGET ((size_t)48 << 20)
 /* Ring per ordered pair of members for send/recv. */
-#define SHM_RING_MAX ((size_t)1 << 20)
+#define SHM_RING_MAX ((size_t)512 << 10)
 #define SHM_RING_MIN ((size_t)16 << 10)
 #define SHM_RING_BUDGET ((size_t)16 << 20)
 #define SHM_PAIR_HDR 256 /* three cache lines, rounded up */
@@ -69,11 +70,14 @@
  * would not stay in the cache anyway. */
 #define SHM_STREAM_BYTES ((size_t)8 << 20)
 
-/* How long a waiter spins before it sleeps: longer when every member can
- * have a CPU of its own, short when they share, so a waiter never holds a
- * CPU that a member it waits for needs. */
-#define SHM_SPIN_DEDICATED_S 50e-6
-#define SHM_SPIN_SHARED_S 2e-6
+/* A waiter first spins, long enough to catch a peer running on another
+ * CPU (briefly when members outnumber CPUs), then yields its CPU to
+ * whatever else can run (with more members than CPUs: the members it
+ * waits for, which a sleeping waiter would leave waiting for a wake-up
+ * across CPUs), and only then sleeps on the futex. */
+#define SHM_SPIN_DEDICATED_S 20e-6
+#define SHM_SPIN_SHARED_S 1e-6
+#define SHM_YIELD_S 200e-6
 /* Longest futex sleep between checks of peers and deadline. */
 #define SHM_SLICE_S 0.02
 /* Interval between liveness checks while sleeping. */
@@ -123,6 +127,7 @@ typedef struct shm_frame {
 _Static_assert(sizeof(shm_hdr_t) <= 4 * SHM_LINE, "header too large");
 _Static_assert(sizeof(shm_pair_t) <= SHM_PAIR_HDR, "pair header too large");
 _Static_assert(sizeof(shm_frame_t) == SHM_LINE, "frame is one line");
+_Static_assert(SHM_SMALL_BYTES <= SHM_BUF_MIN, "small all-reduces fit");
 
 typedef struct shm {
 	char name[64];
@@ -137,10 +142,8 @@ typedef struct shm {
 	size_t buf_bytes, ring_bytes, pair_stride;
 	int n, me;
 	uint64_t step; /* this member's arrivals */
-	double spin_s, yield_s;
-	size_t small_bytes, tune_buf, nt_bytes;
+	double spin_s; /* how long a waiter spins before it yields */
 	const void **srcs; /* [n]: scratch for the sum kernel */
-	size_t *offs;      /* [2n]: scratch for block offsets */
 } shm_t;
 
 /* ---- layout ------------------------------------------------------------ */
@@ -161,7 +164,11 @@ static flow_err_t shm_layout(shm_t *s)
 
 	s->buf_bytes = clamp_size(
 		round_down(SHM_BUF_BUDGET / (SHM_NBUF * n), SHM_PAGE),
-		SHM_BUF_MIN, s->tune_buf ? s->tune_buf : SHM_BUF_MAX);
+		SHM_BUF_MIN, SHM_BUF_MAX);
+	/* All-to-all needs a line per member in every buffer. */
+	if (s->buf_bytes < n * SHM_LINE)
+		s->buf_bytes = round_down(n * SHM_LINE + SHM_PAGE - 1,
+					  SHM_PAGE);
 	npairs = n * (n - 1);
 	s->ring_bytes = clamp_size(round_down(SHM_RING_BUDGET / npairs,
 					      SHM_PAGE),
@@ -283,12 +290,12 @@ static int shm_dead_needed(flow_comm_t *c, const shm_t *s,
 	if (w->peer >= 0)
 		return flow_comm_peer_alive(c, w->peer) ? -1 : w->peer;
 	for (int j = 0; j < s->n; j++) {
-		if (j == s->me || atomic_load_explicit(&s->members[j].step,
-						       memory_order_relaxed) >=
-					  w->step)
+		const _Atomic uint64_t *step = &s->members[j].step;
+
+		if (j == s->me || atomic_load(step) >= w->step)
 			continue;
-		if (!flow_comm_peer_alive(c, j) &&
-		    atomic_load(&s->members[j].step) < w->step)
+		/* Read again: it may have arrived just before it died. */
+		if (!flow_comm_peer_alive(c, j) && atomic_load(step) < w->step)
 			return j;
 	}
 	return -1;
@@ -298,6 +305,7 @@ static flow_err_t shm_wait(flow_comm_t *c, shm_t *s, const shm_cond_t *w,
 			   flow_diag_t *diag)
 {
 	double start, now, deadline, last_check;
+
 	if (shm_ready(w))
 		return FLOW_OK;
 	start = flow_comm_now();
@@ -308,7 +316,7 @@ static flow_err_t shm_wait(flow_comm_t *c, shm_t *s, const shm_cond_t *w,
 				return FLOW_OK;
 		}
 	} while (flow_comm_now() - start < s->spin_s);
-	while (flow_comm_now() - start < s->spin_s + s->yield_s) {
+	while (flow_comm_now() - start < SHM_YIELD_S) {
 		sched_yield();
 		if (shm_ready(w))
 			return FLOW_OK;
@@ -401,6 +409,8 @@ static size_t part_lo(size_t ce, int j, int n, size_t align)
 	return x - x % align;
 }
 
+/* A small vector: every member stages all of it and sums every member's
+ * copy itself, in member order, after a single synchronisation. */
 static flow_err_t shm_all_reduce_small(flow_comm_t *c, shm_t *s,
 				       const void *send, void *recv,
 				       size_t count, flow_dtype_t dtype,
@@ -467,73 +477,145 @@ static void copy_out(void *dst, const void *src, size_t len, bool stream)
 		memcpy(dst, src, len);
 }
 
-/* Chunk k of the vector moves through three steps: copied into every
- * member's buffer, summed part by part (member j sums part j into its own
- * buffer), and copied out from the owners of the parts. */
+/* One all-reduce: the vector in chunks of a staging buffer, each split
+ * into one part per member. */
+typedef struct ar_job {
+	const unsigned char *in;
+	unsigned char *out;
+	size_t count, chunk, elem, align;
+	flow_dtype_t dtype;
+	bool stream;
+} ar_job_t;
+
+static void ar_chunk(const ar_job_t *a, size_t k, size_t *off, size_t *ce)
+{
+	*off = k * a->chunk;
+	*ce = min_size(a->chunk, a->count - *off);
+}
+
+/* Stage chunk k, except my own part, which is summed straight from send. */
+static void ar_stage(shm_t *s, const ar_job_t *a, size_t k)
+{
+	size_t off, ce, lo, hi, e = a->elem;
+	unsigned char *b = shm_buf(s, s->me, s->step);
+
+	ar_chunk(a, k, &off, &ce);
+	lo = part_lo(ce, s->me, s->n, a->align);
+	hi = part_lo(ce, s->me + 1, s->n, a->align);
+	memcpy(b, a->in + off * e, lo * e);
+	memcpy(b + hi * e, a->in + (off + hi) * e, (ce - hi) * e);
+}
+
+/* Sum my part of chunk k, staged a step ago, into my own buffer. */
+static void ar_sum(shm_t *s, const ar_job_t *a, size_t k)
+{
+	size_t off, ce, lo, hi, e = a->elem;
+
+	ar_chunk(a, k, &off, &ce);
+	lo = part_lo(ce, s->me, s->n, a->align);
+	hi = part_lo(ce, s->me + 1, s->n, a->align);
+	if (hi == lo)
+		return;
+	for (int j = 0; j < s->n; j++)
+		s->srcs[j] = j == s->me ? a->in + (off + lo) * e
+					: shm_buf(s, j, s->step - 1) + lo * e;
+	flow_comm_sum_n(shm_buf(s, s->me, s->step - 1) + lo * e, s->srcs,
+			s->n, hi - lo, a->dtype);
+}
+
+/* Copy chunk k, summed a step ago, from the owners of its parts. */
+static void ar_collect(shm_t *s, const ar_job_t *a, size_t k)
+{
+	size_t off, ce, e = a->elem;
+
+	ar_chunk(a, k, &off, &ce);
+	for (int j = 0; j < s->n; j++) {
+		size_t lo = part_lo(ce, j, s->n, a->align);
+		size_t hi = part_lo(ce, j + 1, s->n, a->align);
+
+		copy_out(a->out + (off + lo) * e,
+			 shm_buf(s, j, s->step - 2) + lo * e, (hi - lo) * e,
+			 a->stream);
+	}
+}
+
+/* Chunk k of the vector moves through three steps: staged in every
+ * member's buffer, summed part by part (member j sums part j of every
+ * buffer into its own), and copied out from the owners of the parts.  Each
+ * step works on three chunks at once.  Every element is summed once, by
+ * one member, in member order, so all members get the same bits. */
 static flow_err_t shm_all_reduce(flow_comm_t *c, const void *send, void *recv,
 				 size_t count, flow_dtype_t dtype,
 				 flow_diag_t *diag)
 {
 	shm_t *s = c->impl;
-	size_t elem = flow_dtype_size(dtype);
-	size_t align = elem < SHM_LINE ? SHM_LINE / elem : 1;
-	size_t chunk = s->buf_bytes / elem, nchunks;
-	const unsigned char *in = send;
-	unsigned char *out = recv;
-	bool stream = s->nt_bytes && count * elem >= s->nt_bytes;
+	size_t elem = flow_dtype_size(dtype), nchunks;
+	ar_job_t a = {
+		.in = send,
+		.out = recv,
+		.count = count,
+		.chunk = s->buf_bytes / elem,
+		.elem = elem,
+		.align = elem < SHM_LINE ? SHM_LINE / elem : 1,
+		.dtype = dtype,
+		.stream = count * elem >= SHM_STREAM_BYTES,
+	};
 
-	if (count * elem <= s->small_bytes)
+	if (count * elem <= SHM_SMALL_BYTES)
 		return shm_all_reduce_small(c, s, send, recv, count, dtype,
 					    diag);
-	nchunks = (count + chunk - 1) / chunk;
+	nchunks = (count + a.chunk - 1) / a.chunk;
 	for (size_t k = 0; k <= nchunks + 1; k++) {
 		flow_err_t err = shm_step_begin(c, s, diag);
 
 		if (err != FLOW_OK)
 			return err;
-		if (k < nchunks) {
-			/* My own part is summed straight from send. */
-			size_t off = k * chunk, ce = min_size(chunk, count - off);
-			size_t lo = part_lo(ce, s->me, s->n, align);
-			size_t hi = part_lo(ce, s->me + 1, s->n, align);
-			unsigned char *b = shm_buf(s, s->me, s->step);
-
-			memcpy(b, in + off * elem, lo * elem);
-			memcpy(b + hi * elem, in + (off + hi) * elem,
-			       (ce - hi) * elem);
-		}
-		if (k >= 1 && k <= nchunks) {
-			size_t off = (k - 1) * chunk;
-			size_t ce = min_size(chunk, count - off);
-			size_t lo = part_lo(ce, s->me, s->n, align);
-			size_t hi = part_lo(ce, s->me + 1, s->n, align);
-
-			for (int j = 0; j < s->n; j++)
-				s->srcs[j] = j == s->me
-					? in + (off + lo) * elem
-					: shm_buf(s, j, s->step - 1) + lo * elem;
-			if (hi > lo)
-				flow_comm_sum_n(shm_buf(s, s->me, s->step - 1) +
-							lo * elem,
-						s->srcs, s->n, hi - lo, dtype);
-		}
-		if (k >= 2) {
-			size_t off = (k - 2) * chunk;
-			size_t ce = min_size(chunk, count - off);
-
-			for (int j = 0; j < s->n; j++) {
-				size_t lo = part_lo(ce, j, s->n, align);
-				size_t hi = part_lo(ce, j + 1, s->n, align);
-
-				copy_out(out + (off + lo) * elem,
-					 shm_buf(s, j, s->step - 2) + lo * elem,
-					 (hi - lo) * elem, stream);
-			}
-		}
+		if (k < nchunks)
+			ar_stage(s, &a, k);
+		if (k >= 1 && k <= nchunks)
+			ar_sum(s, &a, k - 1);
+		if (k >= 2)
+			ar_collect(s, &a, k - 2);
 		if (k <= nchunks)
 			shm_arrive(s);
 	}
 	return FLOW_OK;
+}
+
+/* One reduce-scatter: byte offsets into the whole send vector. */
+typedef struct rs_job {
+	const unsigned char *in;
+	unsigned char *out;
+	size_t total, mine_lo, mine_hi, chunk, elem;
+	flow_dtype_t dtype;
+} rs_job_t;
+
+/* Stage chunk k, except the part in my own block, summed from send. */
+static void rs_stage(shm_t *s, const rs_job_t *j, size_t k)
+{
+	size_t lo = k * j->chunk, hi = min_size(lo + j->chunk, j->total);
+	size_t a = clamp_size(j->mine_lo, lo, hi);
+	size_t b = clamp_size(j->mine_hi, a, hi);
+	unsigned char *buf = shm_buf(s, s->me, s->step);
+
+	memcpy(buf, j->in + lo, a - lo);
+	memcpy(buf + (b - lo), j->in + b, hi - b);
+}
+
+/* Sum the part of chunk k, staged a step ago, that is in my block. */
+static void rs_sum(shm_t *s, const rs_job_t *j, size_t k)
+{
+	size_t lo = k * j->chunk, hi = min_size(lo + j->chunk, j->total);
+	size_t a = clamp_size(j->mine_lo, lo, hi);
+	size_t b = clamp_size(j->mine_hi, a, hi);
+
+	if (a == b)
+		return;
+	for (int m = 0; m < s->n; m++)
+		s->srcs[m] = m == s->me ? j->in + a
+					: shm_buf(s, m, s->step - 1) + (a - lo);
+	flow_comm_sum_n(j->out + (a - j->mine_lo), s->srcs, s->n,
+			(b - a) / j->elem, j->dtype);
 }
 
 /* The whole send vector moves through the buffers chunk by chunk; each
@@ -544,49 +626,31 @@ static flow_err_t shm_reduce_scatter(flow_comm_t *c, const void *send,
 				     flow_dtype_t dtype, flow_diag_t *diag)
 {
 	shm_t *s = c->impl;
-	size_t elem = flow_dtype_size(dtype);
-	size_t total = 0, mine_lo = 0, mine_hi, nchunks, chunk = s->buf_bytes;
-	const unsigned char *in = send;
+	size_t elem = flow_dtype_size(dtype), nchunks;
+	rs_job_t j = {
+		.in = send,
+		.out = recv,
+		.chunk = s->buf_bytes,
+		.elem = elem,
+		.dtype = dtype,
+	};
 
-	for (int j = 0; j < s->n; j++) {
-		if (j == s->me)
-			mine_lo = total;
-		total += counts[j] * elem;
+	for (int m = 0; m < s->n; m++) {
+		if (m == s->me)
+			j.mine_lo = j.total;
+		j.total += counts[m] * elem;
 	}
-	mine_hi = mine_lo + counts[s->me] * elem;
-	nchunks = (total + chunk - 1) / chunk;
+	j.mine_hi = j.mine_lo + counts[s->me] * elem;
+	nchunks = (j.total + j.chunk - 1) / j.chunk;
 	for (size_t k = 0; nchunks > 0 && k <= nchunks; k++) {
 		flow_err_t err = shm_step_begin(c, s, diag);
 
 		if (err != FLOW_OK)
 			return err;
-		if (k < nchunks) {
-			size_t lo = k * chunk, hi = min_size(lo + chunk, total);
-			size_t a = mine_lo < lo ? lo : mine_lo > hi ? hi : mine_lo;
-			size_t b = mine_hi < a ? a : mine_hi > hi ? hi : mine_hi;
-			unsigned char *buf = shm_buf(s, s->me, s->step);
-
-			memcpy(buf, in + lo, a - lo);
-			memcpy(buf + (b - lo), in + b, hi - b);
-		}
-		if (k >= 1) {
-			size_t lo = (k - 1) * chunk;
-			size_t hi = min_size(lo + chunk, total);
-			size_t a = mine_lo > lo ? mine_lo : lo;
-			size_t b = mine_hi < hi ? mine_hi : hi;
-
-			if (a < b) {
-				for (int j = 0; j < s->n; j++)
-					s->srcs[j] = j == s->me
-						? in + a
-						: shm_buf(s, j, s->step - 1) +
-							  (a - lo);
-				flow_comm_sum_n((unsigned char *)recv +
-							(a - mine_lo),
-						s->srcs, s->n, (b - a) / elem,
-						dtype);
-			}
-		}
+		if (k < nchunks)
+			rs_stage(s, &j, k);
+		if (k >= 1)
+			rs_sum(s, &j, k - 1);
 		if (k < nchunks)
 			shm_arrive(s);
 	}
@@ -613,7 +677,7 @@ static flow_err_t shm_all_gather(flow_comm_t *c, const void *send, void *recv,
 			most = counts[j] * elem;
 		total += counts[j] * elem;
 	}
-	stream = s->nt_bytes && total >= s->nt_bytes;
+	stream = total >= SHM_STREAM_BYTES;
 	rounds = (most + piece - 1) / piece;
 	for (size_t r = 0; rounds > 0 && r <= rounds; r++) {
 		flow_err_t err = shm_step_begin(c, s, diag);
@@ -747,7 +811,7 @@ static flow_err_t shm_broadcast(flow_comm_t *c, void *buf, size_t count,
 	size_t bytes = count * flow_dtype_size(dtype), chunk = s->buf_bytes;
 	size_t nchunks = (bytes + chunk - 1) / chunk;
 	unsigned char *data = buf;
-	bool stream = s->nt_bytes && bytes >= s->nt_bytes;
+	bool stream = bytes >= SHM_STREAM_BYTES;
 
 	for (size_t k = 0; nchunks > 0 && k <= nchunks; k++) {
 		flow_err_t err = shm_step_begin(c, s, diag);
@@ -804,15 +868,15 @@ static size_t round_up_line(size_t x)
 	return (x + SHM_LINE - 1) / SHM_LINE * SHM_LINE;
 }
 
-/* Wait until the ring from `from` to `to` has room for len more bytes. */
+/* Wait until the ring has room for len more bytes after head. */
 static flow_err_t ring_wait_room(flow_comm_t *c, shm_t *s, shm_pair_t *p,
 				 uint64_t head, size_t len, int peer,
 				 flow_diag_t *diag)
 {
+	uint64_t end = head + len;
 	shm_cond_t w = {
 		.var = &p->tail,
-		.target = head + len > s->ring_bytes ? head + len - s->ring_bytes
-						      : 0,
+		.target = end > s->ring_bytes ? end - s->ring_bytes : 0,
 		.word = &p->word,
 		.sleepers = &p->sleepers,
 		.peer = peer,
@@ -820,6 +884,7 @@ static flow_err_t ring_wait_room(flow_comm_t *c, shm_t *s, shm_pair_t *p,
 	return shm_wait(c, s, &w, diag);
 }
 
+/* Wait until the ring holds len bytes after tail. */
 static flow_err_t ring_wait_data(flow_comm_t *c, shm_t *s, shm_pair_t *p,
 				 uint64_t tail, size_t len, int peer,
 				 flow_diag_t *diag)
@@ -933,7 +998,6 @@ static void shm_release(shm_t *s)
 		munmap(s->base, s->map_bytes);
 	if (s->owns_name)
 		shm_unlink(s->name);
-	free(s->offs);
 	free(s->srcs);
 	free(s);
 }
@@ -1054,6 +1118,15 @@ static flow_err_t shm_check_header(flow_comm_t *c, shm_t *s,
 	return FLOW_OK;
 }
 
+/* Member 0 died while setting up: remove the name it can no longer
+ * remove (the segment's memory goes with the last mapping). */
+static flow_err_t shm_creator_died(flow_comm_t *c, shm_t *s,
+				   flow_diag_t *diag)
+{
+	shm_unlink(s->name);
+	return flow_comm_peer_fail(c, diag, 0, "died");
+}
+
 /* Other members: wait for the segment to appear with its full size, map
  * it, wait for the header, and report the attachment. */
 static flow_err_t shm_attach(flow_comm_t *c, shm_t *s, flow_diag_t *diag)
@@ -1088,7 +1161,7 @@ static flow_err_t shm_attach(flow_comm_t *c, shm_t *s, flow_diag_t *diag)
 						      s->map_bytes);
 		}
 		if (!flow_comm_peer_alive(c, 0))
-			return flow_comm_peer_fail(c, diag, 0, "died");
+			return shm_creator_died(c, s, diag);
 		if (flow_comm_now() >= deadline)
 			return flow_comm_timed_out(c, diag, 0);
 		setup_pause();
@@ -1100,7 +1173,7 @@ static flow_err_t shm_attach(flow_comm_t *c, shm_t *s, flow_diag_t *diag)
 	while (atomic_load_explicit(&s->hdr->magic, memory_order_acquire) !=
 	       SHM_MAGIC) {
 		if (!flow_comm_peer_alive(c, 0))
-			return flow_comm_peer_fail(c, diag, 0, "died");
+			return shm_creator_died(c, s, diag);
 		if (flow_comm_now() >= deadline)
 			return flow_comm_timed_out(c, diag, 0);
 		setup_pause();
@@ -1114,6 +1187,8 @@ static flow_err_t shm_attach(flow_comm_t *c, shm_t *s, flow_diag_t *diag)
 #endif
 	atomic_store_explicit(&s->members[s->me].attached, 1,
 			      memory_order_release);
+	if (!flow_comm_peer_alive(c, 0))
+		return shm_creator_died(c, s, diag);
 	return FLOW_OK;
 }
 
@@ -1144,22 +1219,10 @@ flow_err_t flow_comm_shm_init(flow_comm_t *c, flow_diag_t *diag)
 	s->n = c->size;
 	s->me = c->rank;
 	s->spin_s = ncpu >= s->n ? SHM_SPIN_DEDICATED_S : SHM_SPIN_SHARED_S;
-	s->yield_s = 0;
-	s->small_bytes = SHM_SMALL_BYTES;
-	s->nt_bytes = SHM_STREAM_BYTES;
-	{ /* TUNING-ONLY: remove */
-		const char *e;
-		if ((e = getenv("SHMT_SPIN_US"))) s->spin_s = strtod(e, NULL) * 1e-6;
-		if ((e = getenv("SHMT_YIELD_US"))) s->yield_s = strtod(e, NULL) * 1e-6;
-		if ((e = getenv("SHMT_SMALL"))) s->small_bytes = strtoul(e, NULL, 0);
-		if ((e = getenv("SHMT_BUF"))) s->tune_buf = strtoul(e, NULL, 0);
-		if ((e = getenv("SHMT_NT"))) s->nt_bytes = strtoul(e, NULL, 0);
-	}
 	snprintf(s->name, sizeof(s->name), "/flow-%016" PRIx64 "-%016" PRIx64,
 		 fnv1a(info->job), c->id);
 	s->srcs = calloc((size_t)s->n, sizeof(*s->srcs));
-	s->offs = calloc(2 * (size_t)s->n, sizeof(*s->offs));
-	if (s->srcs == NULL || s->offs == NULL) {
+	if (s->srcs == NULL) {
 		err = flow_comm_fail(c, diag, FLOW_ERR_NOMEM,
 				     "cannot allocate the shared-memory state");
 		goto out_release;
