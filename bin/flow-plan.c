@@ -1,11 +1,12 @@
 /* flow-plan: show what a distributed layout means before training with it.
- * Three modes, chosen by option: --slices (the box of a tensor each rank
+ * Five modes, chosen by option: --slices (the box of a tensor each rank
  * holds under an nd-SBP), --boxing (the steps and costs of converting one
  * layout into another, and with --verify a run of them in the reference
- * executor) and --signatures (the SBP signatures of an op).  Plan files
- * (--model, --check, --explain) arrive with flow-plan(5).  The work lives
- * in lib/sbp.c, lib/boxing.c, lib/boxing_sim.c and lib/ops/signature.c;
- * this file parses, validates, calls and reports. */
+ * executor), --signatures (the SBP signatures of an op), --model (write
+ * the standard plan of a model on a mesh, flow-plan(5)) and --check
+ * (validate a plan and summarise its boxings and memory).  The work lives
+ * in lib/sbp.c, lib/boxing.c, lib/boxing_sim.c, lib/ops/signature.c and
+ * lib/plan.c; this file parses, validates, calls and reports. */
 #include <config.h>
 
 #include <inttypes.h>
@@ -14,8 +15,10 @@
 #include <string.h>
 
 #include <flow/boxing.h>
+#include <flow/file.h>
 #include <flow/log.h>
 #include <flow/mem.h>
+#include <flow/plan.h>
 #include <flow/sbp.h>
 #include <flow/signature.h>
 #include <flow/tensor.h>
@@ -30,6 +33,8 @@ static const char help_text[] =
 	"Usage: flow-plan --slices SHAPE --mesh MESH --sbp NDSBP [--dtype T]\n"
 	"       flow-plan --boxing SHAPE --mesh MESH --from NDSBP --to NDSBP [options]\n"
 	"       flow-plan --signatures OP --shapes 'IN;...->OUT;...' [options]\n"
+	"       flow-plan --model SPEC --mesh DIMS --axes dp,tp --batch B [options]\n"
+	"       flow-plan --check PLAN [--world N] [--cluster FILE]\n"
 	"Show what a distributed layout means before training with it: the part\n"
 	"of a tensor each rank holds, the steps and costs of converting one\n"
 	"layout into another, and the layouts an op accepts.  Output is TSV\n"
@@ -68,6 +73,21 @@ static const char help_text[] =
 	"      --reduce-axes L    (reduce_sum, reduce_mean) dimensions reduced: 0,2\n"
 	"      --keepdims         (reduce_sum, reduce_mean) keep them, as extent 1\n"
 	"\n"
+	"Plans (flow-plan(5)):\n"
+	"      --model SPEC       write the standard plan of model SPEC (gpt2-124m,\n"
+	"                         gpt:layers=4,heads=4,dim=256,vocab=50257,seq=256)\n"
+	"      --mesh DIMS        its mesh: 8, 2x4 (or 2x4:dp,tp without --axes)\n"
+	"      --axes NAMES       the mesh axes' names, each dp or tp: dp,tp\n"
+	"      --batch B          sequences per micro-batch over all dp ranks\n"
+	"      --seq-len T        tokens per sequence [the model's]\n"
+	"      --grad-accum K     micro-batches per optimizer step [1]\n"
+	"      --zero Z           ZeRO stage on dp: 0, 1 (optimizer state),\n"
+	"                         2 (and gradients), 3 (and parameters) [0]\n"
+	"  -o, --output FILE      write the plan to FILE, atomically [stdout]\n"
+	"      --check PLAN       validate PLAN ('-': stdin), print a summary\n"
+	"      --world N          (--check) the world size the mesh must have\n"
+	"      --cluster FILE     (--check) prices the boxings\n"
+	"\n"
 	"Common options:\n"
 	"  -v, --verbose          more messages on stderr (repeatable)\n"
 	"  -q, --quiet            fewer messages on stderr\n"
@@ -99,6 +119,14 @@ enum {
 	OPT_PERM,
 	OPT_REDUCE_AXES,
 	OPT_KEEPDIMS,
+	OPT_MODEL,
+	OPT_CHECK,
+	OPT_AXES,
+	OPT_BATCH,
+	OPT_SEQ_LEN,
+	OPT_GRAD_ACCUM,
+	OPT_ZERO,
+	OPT_WORLD,
 };
 
 static const struct option long_options[] = {
@@ -122,10 +150,22 @@ static const struct option long_options[] = {
 	{ "perm", required_argument, NULL, OPT_PERM },
 	{ "reduce-axes", required_argument, NULL, OPT_REDUCE_AXES },
 	{ "keepdims", no_argument, NULL, OPT_KEEPDIMS },
+	{ "model", required_argument, NULL, OPT_MODEL },
+	{ "check", required_argument, NULL, OPT_CHECK },
+	{ "axes", required_argument, NULL, OPT_AXES },
+	{ "batch", required_argument, NULL, OPT_BATCH },
+	{ "seq-len", required_argument, NULL, OPT_SEQ_LEN },
+	{ "grad-accum", required_argument, NULL, OPT_GRAD_ACCUM },
+	{ "zero", required_argument, NULL, OPT_ZERO },
+	{ "output", required_argument, NULL, 'o' },
+	{ "world", required_argument, NULL, OPT_WORLD },
 	{ NULL, 0, NULL, 0 },
 };
 
-typedef enum { MODE_NONE, MODE_SLICES, MODE_BOXING, MODE_SIGNATURES } plan_mode_t;
+typedef enum {
+	MODE_NONE, MODE_SLICES, MODE_BOXING, MODE_SIGNATURES, MODE_MODEL,
+	MODE_CHECK
+} plan_mode_t;
 
 typedef struct plan_opts {
 	plan_mode_t mode;
@@ -138,7 +178,12 @@ typedef struct plan_opts {
 	size_t limit;
 	/* The first option seen of each group, for "needs" errors. */
 	const char *slices_only, *boxing_only, *sig_only, *mesh_only,
-		*dtype_only;
+		*dtype_only, *model_only, *check_only;
+	/* --model and --check. */
+	const char *axes, *output;
+	uint32_t batch, seq_len, grad_accum;
+	int zero;
+	int64_t world;
 
 	/* Filled by validate(). */
 	flow_dtype_t dtype;
@@ -197,7 +242,7 @@ static void parse_options(flow_tool_t *tool, plan_opts_t *o, int argc,
 {
 	flow_sig_attrs_t *attrs = &o->query.attrs;
 	int opt;
-	while ((opt = getopt_long(argc, argv, ":" FLOW_COMMON_SHORT_OPTIONS,
+	while ((opt = getopt_long(argc, argv, ":" FLOW_COMMON_SHORT_OPTIONS "o:",
 				  long_options, NULL)) != -1) {
 		if (flow_tool_common_option(tool, opt, argv))
 			continue;
@@ -236,7 +281,6 @@ static void parse_options(flow_tool_t *tool, plan_opts_t *o, int argc,
 			break;
 		case OPT_CLUSTER:
 			o->cluster = optarg;
-			note_first(&o->boxing_only, "--cluster");
 			break;
 		case OPT_VERIFY:
 			o->verify = true;
@@ -286,6 +330,44 @@ static void parse_options(flow_tool_t *tool, plan_opts_t *o, int argc,
 		case OPT_KEEPDIMS:
 			attrs->keepdims = true;
 			note_first(&o->sig_only, "--keepdims");
+			break;
+		case OPT_MODEL:
+			set_mode(tool, o, MODE_MODEL, "--model", optarg);
+			break;
+		case OPT_CHECK:
+			set_mode(tool, o, MODE_CHECK, "--check", optarg);
+			break;
+		case OPT_AXES:
+			o->axes = optarg;
+			note_first(&o->model_only, "--axes");
+			break;
+		case OPT_BATCH:
+			o->batch = (uint32_t)flow_tool_int(tool, "--batch", optarg,
+							   1, UINT32_MAX);
+			note_first(&o->model_only, "--batch");
+			break;
+		case OPT_SEQ_LEN:
+			o->seq_len = (uint32_t)flow_tool_int(tool, "--seq-len",
+							     optarg, 1, UINT32_MAX);
+			note_first(&o->model_only, "--seq-len");
+			break;
+		case OPT_GRAD_ACCUM:
+			o->grad_accum = (uint32_t)flow_tool_int(
+				tool, "--grad-accum", optarg, 1, UINT32_MAX);
+			note_first(&o->model_only, "--grad-accum");
+			break;
+		case OPT_ZERO:
+			o->zero = (int)flow_tool_int(tool, "--zero", optarg, 0, 3);
+			note_first(&o->model_only, "--zero");
+			break;
+		case 'o':
+			o->output = optarg;
+			note_first(&o->model_only, "--output");
+			break;
+		case OPT_WORLD:
+			o->world = flow_tool_int(tool, "--world", optarg, 1,
+						 INT32_MAX);
+			note_first(&o->check_only, "--world");
 			break;
 		default:
 			flow_tool_usage_error(tool, "unknown option '%s'",
@@ -403,7 +485,18 @@ static void validate(flow_tool_t *tool, plan_opts_t *o)
 {
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	if (o->mode == MODE_NONE)
-		flow_tool_usage_error(tool, "missing mode (--slices, --boxing or --signatures)");
+		flow_tool_usage_error(tool, "missing mode (--slices, --boxing, --signatures, --model or --check)");
+	if (o->mode != MODE_MODEL && o->model_only)
+		flow_tool_usage_error(tool, "'%s' needs '--model'", o->model_only);
+	if (o->mode != MODE_CHECK && o->check_only)
+		flow_tool_usage_error(tool, "'%s' needs '--check'", o->check_only);
+	if (o->cluster && o->mode != MODE_BOXING && o->mode != MODE_CHECK)
+		flow_tool_usage_error(tool, "'--cluster' needs '--boxing' or '--check'");
+	if ((o->mode == MODE_MODEL || o->mode == MODE_CHECK) && o->dtype_only)
+		flow_tool_usage_error(tool, "'%s' needs '--slices' or '--boxing'",
+				      o->dtype_only);
+	if (o->mode == MODE_CHECK && o->mesh_text)
+		flow_tool_usage_error(tool, "'--mesh' does not go with '--check': the plan names its mesh");
 	if (o->mode != MODE_SLICES && o->slices_only)
 		flow_tool_usage_error(tool, "'%s' needs '--slices'", o->slices_only);
 	if (o->mode != MODE_BOXING && o->boxing_only)
@@ -466,6 +559,15 @@ static void validate(flow_tool_t *tool, plan_opts_t *o)
 		if (!o->mesh_only)
 			o->limit = DEFAULT_LIMIT;
 		break;
+	case MODE_MODEL:
+		if (!o->mesh_text)
+			flow_tool_usage_error(tool, "'--model' needs '--mesh'");
+		if (!o->batch)
+			flow_tool_usage_error(tool, "'--model' needs '--batch'");
+		if (tool->json)
+			flow_tool_usage_error(tool, "'--json' does not go with '--model': a plan is text");
+		break;
+	case MODE_CHECK:
 	case MODE_NONE:
 		break;
 	}
@@ -1134,6 +1236,152 @@ out_free:
 	return status;
 }
 
+/* ---- plans ---------------------------------------------------------------- */
+
+static int write_plan_file(const flow_plan_t *plan, const char *path,
+			   flow_diag_t *diag)
+{
+	flow_atomic_file_t *file;
+	flow_err_t err;
+
+	if ((err = flow_atomic_file_open(path, &file, diag)))
+		return err;
+	err = flow_plan_write(plan, flow_atomic_file_stream(file), diag);
+	if (err != FLOW_OK) {
+		flow_atomic_file_abort(file);
+		return err;
+	}
+	return flow_atomic_file_commit(file, diag);
+}
+
+static int run_model(flow_tool_t *tool, const plan_opts_t *o)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_plan_t *plan;
+	flow_err_t err;
+
+	err = flow_plan_standard(o->mode_arg, o->mesh_text, o->axes, o->batch,
+				 o->seq_len, o->grad_accum, o->zero, &plan,
+				 &diag);
+	if (err == FLOW_ERR_USAGE)
+		flow_tool_usage_error(tool, "%s", flow_diag_message(&diag));
+	if (err != FLOW_OK)
+		return flow_tool_fail(tool, &diag);
+	if (o->output && strcmp(o->output, "-") != 0) {
+		err = write_plan_file(plan, o->output, &diag);
+	} else {
+		/* A failed write to stdout is judged by flow_tool_finish,
+		 * which knows a closed pipe from a full disk. */
+		flow_err_t ignored = flow_plan_write(plan, stdout, NULL);
+		(void)ignored;
+		err = FLOW_OK;
+	}
+	flow_plan_free(plan);
+	return err == FLOW_OK ? 0 : flow_tool_fail(tool, &diag);
+}
+
+static void summary_row(bool json, bool *first, const char *item,
+			const char *kind, int64_t count, int64_t bytes)
+{
+	if (json) {
+		printf("%s\n  {\"item\": \"%s\", \"kind\": \"%s\"", *first ? "[" : ",",
+		       item, kind);
+		if (count >= 0)
+			printf(", \"count\": %" PRId64, count);
+		if (bytes >= 0)
+			printf(", \"bytes\": %" PRId64, bytes);
+		putchar('}');
+	} else {
+		printf("%s\t%s\t", item, kind);
+		if (count >= 0)
+			printf("%" PRId64, count);
+		else
+			putchar('-');
+		if (bytes >= 0)
+			printf("\t%" PRId64 "\n", bytes);
+		else
+			printf("\t-\n");
+	}
+	*first = false;
+}
+
+static void print_summary(const flow_tool_t *tool, const plan_opts_t *o,
+			  const flow_plan_t *plan,
+			  const flow_plan_summary_t *s)
+{
+	char mesh[FLOW_MESH_TEXT_MAX];
+	bool json = tool->json, first = true;
+	uint64_t count = 0, bytes = 0;
+
+	flow_mesh_format(&plan->mesh, mesh, sizeof(mesh));
+	if (!json) {
+		printf("# plan %s: model %s, mesh %s, batch %" PRIu32
+		       ", seq-len %" PRIu32 ", grad-accum %" PRIu32
+		       ", zero %d: valid\n", plan->path, plan->model, mesh,
+		       plan->batch, plan->seq_len, plan->grad_accum,
+		       plan->zero);
+		printf("# boxing bytes are per optimizer step, summed over "
+		       "ranks; memory is the largest per-rank bytes\n");
+		if (o->cluster)
+			printf("# cluster %s has no memory limit: not checked\n",
+			       o->cluster);
+		printf("item\tkind\tcount\tbytes\n");
+	}
+	summary_row(json, &first, "tensors", "-", (int64_t)s->tensors, -1);
+	summary_row(json, &first, "ops", "-", (int64_t)s->ops, -1);
+	for (int k = 0; k < FLOW_BOXING_KIND_COUNT; k++) {
+		if (!s->boxing_count[k])
+			continue;
+		summary_row(json, &first, "boxing",
+			    flow_boxing_kind_name((flow_boxing_kind_t)k),
+			    (int64_t)s->boxing_count[k],
+			    (int64_t)s->boxing_bytes[k]);
+		count += s->boxing_count[k];
+		bytes += s->boxing_bytes[k];
+	}
+	summary_row(json, &first, "boxing", "total", (int64_t)s->boxings,
+		    (int64_t)bytes);
+	(void)count;
+	summary_row(json, &first, "memory", "params", -1,
+		    (int64_t)s->param_bytes);
+	summary_row(json, &first, "memory", "grads", -1,
+		    (int64_t)s->grad_bytes);
+	summary_row(json, &first, "memory", "optimizer", -1,
+		    (int64_t)s->optim_bytes);
+	summary_row(json, &first, "memory", "activations", -1,
+		    (int64_t)s->activation_bytes);
+	summary_row(json, &first, "memory", "rank", -1,
+		    (int64_t)s->rank_bytes);
+	if (json)
+		printf("\n]\n");
+}
+
+static int run_check(flow_tool_t *tool, const plan_opts_t *o)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_plan_summary_t summary;
+	flow_cluster_t cluster;
+	flow_plan_t *plan = NULL;
+	int status = 0;
+
+	flow_cluster_default(&cluster);
+	if ((o->cluster &&
+	     flow_cluster_read(o->cluster, &cluster, &diag) != FLOW_OK) ||
+	    flow_plan_read(o->mode_arg, &plan, &diag) != FLOW_OK ||
+	    flow_plan_check(plan, o->world, &cluster, &summary, &diag) !=
+		    FLOW_OK) {
+		/* A plan that does not hold is a failed check (1), even
+		 * where the library calls it a usage error. */
+		flow_tool_error(tool, "%s", flow_diag_message(&diag));
+		status = 1;
+		goto out_free_plan;
+	}
+	print_summary(tool, o, plan, &summary);
+out_free_plan:
+	flow_plan_free(plan);
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	flow_tool_t tool;
@@ -1161,6 +1409,12 @@ int main(int argc, char **argv)
 		break;
 	case MODE_SIGNATURES:
 		status = run_signatures(&tool, &o);
+		break;
+	case MODE_MODEL:
+		status = run_model(&tool, &o);
+		break;
+	case MODE_CHECK:
+		status = run_check(&tool, &o);
 		break;
 	case MODE_NONE:
 		break;

@@ -38,22 +38,25 @@ static inline uint16_t f32_to_bf16(float f)
 }
 
 /* One kernel per element type.  LOAD converts to the accumulator type,
- * STORE back. */
-#define SUM_N(name, elem_t, acc_t, LOAD, STORE)                               \
+ * STORE back; VEC is the loops' pragma, empty where a conversion is a
+ * call that cannot vectorise (clang warns then). */
+#define SIMD _Pragma("omp simd")
+#define NO_SIMD
+#define SUM_N(name, elem_t, acc_t, LOAD, STORE, VEC)                          \
 	static void name(void *dst, const void *const *srcs, int n,          \
 			 size_t count)                                        \
 	{                                                                     \
 		elem_t *d = dst;                                              \
 		const elem_t *a = srcs[0], *b = srcs[1];                      \
 		if (n == 2) {                                                 \
-			_Pragma("omp simd")                                   \
+			VEC                                                   \
 			for (size_t i = 0; i < count; i++)                    \
 				d[i] = STORE((acc_t)(LOAD(a[i]) + LOAD(b[i])));  \
 			return;                                               \
 		}                                                             \
 		if (n == 3) {                                                 \
 			const elem_t *c = srcs[2];                            \
-			_Pragma("omp simd")                                   \
+			VEC                                                   \
 			for (size_t i = 0; i < count; i++)                    \
 				d[i] = STORE((acc_t)(LOAD(a[i]) + LOAD(b[i]) +    \
 						     LOAD(c[i])));            \
@@ -67,11 +70,11 @@ static inline uint16_t f32_to_bf16(float f)
 				acc[i] = LOAD(s[i]);                          \
 			for (int k = 1; k < n; k++) {                         \
 				s = (const elem_t *)srcs[k] + base;           \
-				_Pragma("omp simd")                           \
+				VEC                                           \
 				for (size_t i = 0; i < m; i++)                \
 					acc[i] += LOAD(s[i]);                 \
 			}                                                     \
-			_Pragma("omp simd")                                   \
+			VEC                                                   \
 			for (size_t i = 0; i < m; i++)                        \
 				d[base + i] = STORE(acc[i]);                  \
 		}                                                             \
@@ -86,13 +89,13 @@ static inline uint16_t f32_to_bf16(float f)
 #define F16_LOAD(x) flow_f16_to_f32(x)
 #define F16_STORE(x) flow_f32_to_f16(x)
 
-SUM_N(sum_f32, float, float, AS_IS, AS_IS)
-SUM_N(sum_bf16, uint16_t, float, bf16_to_f32, f32_to_bf16)
-SUM_N(sum_f16, uint16_t, float, F16_LOAD, F16_STORE)
-SUM_N(sum_i32, int32_t, uint32_t, TO_U32, TO_I32)
-SUM_N(sum_i64, int64_t, uint64_t, TO_U64, TO_I64)
-SUM_N(sum_u32, uint32_t, uint32_t, AS_IS, AS_IS)
-SUM_N(sum_u8, uint8_t, uint32_t, AS_IS, TO_U8)
+SUM_N(sum_f32, float, float, AS_IS, AS_IS, SIMD)
+SUM_N(sum_bf16, uint16_t, float, bf16_to_f32, f32_to_bf16, SIMD)
+SUM_N(sum_f16, uint16_t, float, F16_LOAD, F16_STORE, NO_SIMD)
+SUM_N(sum_i32, int32_t, uint32_t, TO_U32, TO_I32, SIMD)
+SUM_N(sum_i64, int64_t, uint64_t, TO_U64, TO_I64, SIMD)
+SUM_N(sum_u32, uint32_t, uint32_t, AS_IS, AS_IS, SIMD)
+SUM_N(sum_u8, uint8_t, uint32_t, AS_IS, TO_U8, SIMD)
 
 void flow_comm_sum_n(void *dst, const void *const *srcs, int n, size_t count,
 		     flow_dtype_t dtype)

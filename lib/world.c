@@ -522,6 +522,8 @@ void flow_world_abort(flow_world_t *w, int status, const char *msg)
 #ifdef HAVE_PMIX
 	if (w->pmix && w->info.size > 1)
 		(void)PMIx_Abort(status, msg, NULL, 0);
+	else if (w->pmix)
+		PMIx_Finalize(NULL, 0); /* a singleton has no one to wait for */
 #else
 	(void)status;
 	(void)msg;

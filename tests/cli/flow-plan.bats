@@ -59,9 +59,9 @@ total_field() {
 
 @test "flow-plan without a mode is a usage error" {
 	run -2 --separate-stderr flow-plan
-	assert_usage_error flow-plan "missing mode (--slices, --boxing or --signatures)"
+	assert_usage_error flow-plan "missing mode (--slices, --boxing, --signatures, --model or --check)"
 	run -2 --separate-stderr flow-plan --mesh 2x2
-	assert_usage_error flow-plan "missing mode (--slices, --boxing or --signatures)"
+	assert_usage_error flow-plan "missing mode (--slices, --boxing, --signatures, --model or --check)"
 }
 
 @test "flow-plan rejects an unknown option" {
@@ -509,4 +509,125 @@ assert_verified() {
 	run -2 --separate-stderr flow-plan --boxing 6x8 --mesh 4 --from B --to B --to-mesh 4@100000 --verify
 	assert_usage_error flow-plan "'--verify' simulates ranks 0 to 100003 in this process; at most 65536 ranks"
 	run -0 flow-plan --boxing 6x8 --mesh 4 --from B --to B --to-mesh 4@100000
+}
+
+# ---- plan files: --model and --check (flow-plan(5)) ------------------------------
+
+SMALL=gpt:layers=1,heads=2,dim=8,vocab=30,seq=8
+
+# Write the standard 2x2 plan of SMALL to t.plan, then an edited copy to
+# e.plan with the sed script $1.
+edited_plan() {
+	flow-plan --model "$SMALL" --mesh 2x2 --axes dp,tp --batch 4 -o t.plan
+	sed "$1" t.plan > e.plan
+}
+
+# --check e.plan fails with exit 1 and exactly the message $1.
+assert_check_fails() {
+	run -1 --separate-stderr flow-plan --check e.plan "${@:2}"
+	[ -z "$output" ]
+	[ "$stderr" = "flow-plan: $1" ]
+}
+
+@test "flow-plan --model writes a plan that --check accepts through a pipe" {
+	run -0 --separate-stderr bash -c "flow-plan --model gpt2-124m --mesh 2x4 --axes dp,tp --batch 32 | flow-plan --check - --world 8"
+	[ -z "$stderr" ]
+	[ "${lines[0]}" = "# plan (stdin): model gpt2-124m, mesh 2x4:dp,tp, batch 32, seq-len 1024, grad-accum 1, zero 0: valid" ]
+	[[ "$output" == *$'\ntensors\t-\t903\t-\n'* ]]
+	[[ "$output" == *$'\nboxing\tall-reduce\t'* ]]
+	[[ "$output" == *$'\nmemory\trank\t-\t'* ]]
+}
+
+@test "flow-plan prints a parsed plan back to the same bytes" {
+	flow-plan --model "$SMALL" --mesh 2x2 --axes dp,tp --batch 4 --zero 1 > a.plan
+	[ "$(head -1 a.plan)" = "flow-plan 1" ]
+	run -0 flow-plan --check a.plan
+	# --model writes what the parser reads; a plan edited with comments
+	# and blank lines still checks.
+	{ echo 'flow-plan 1'; echo '# a comment'; echo; tail -n +2 a.plan; } > b.plan
+	run -0 flow-plan --check b.plan
+}
+
+@test "flow-plan -o writes the plan atomically and leaves no temporary" {
+	run -0 flow-plan --model "$SMALL" --mesh 4 --axes dp --batch 4 -o p.plan
+	[ -z "$output" ]
+	[ -s p.plan ]
+	[ "$(ls)" = "p.plan" ]
+}
+
+@test "flow-plan diff of zero 1 and zero 2 shows only the gradient lines" {
+	flow-plan --model "$SMALL" --mesh 2 --axes dp --batch 4 --zero 1 > z1.plan
+	flow-plan --model "$SMALL" --mesh 2 --axes dp --batch 4 --zero 2 > z2.plan
+	run -1 diff z1.plan z2.plan
+	changed=$(diff z1.plan z2.plan | grep '^>' | grep -v '^> zero 2$' | grep -vc ' param_grad (S(0))$' || true)
+	[ "$changed" = 0 ]
+	[ "$(diff z1.plan z2.plan | grep -c '^> tensor .* param_grad ')" = 16 ]
+}
+
+@test "flow-plan --check rejects an unknown keyword with its line" {
+	edited_plan 's/^zero 0/zero 0\nfoo 1/'
+	assert_check_fails "e.plan:8: unknown keyword 'foo'"
+}
+
+@test "flow-plan --check rejects a plan version it does not know" {
+	edited_plan 's/^flow-plan 1/flow-plan 9/'
+	assert_check_fails "e.plan:1: unsupported plan version '9' (this flow reads version 1)"
+}
+
+@test "flow-plan --check rejects a bad SBP" {
+	edited_plan 's/^tensor wpe param (B,B)/tensor wpe param (B,X)/'
+	assert_check_fails "e.plan:42: nd-SBP '(B,X)': expected S(k), B or P at 'X'"
+}
+
+@test "flow-plan --check rejects an SBP invalid for the tensor's shape" {
+	edited_plan 's/^tensor wpe param (B,B)/tensor wpe param (S(2),B)/'
+	assert_check_fails "e.plan:42: tensor 'wpe': (S(2),B) on 2x2:dp,tp: split dimension 2 but (8,8) has 2 dimensions"
+}
+
+@test "flow-plan --check rejects an invalid op signature" {
+	edited_plan 's/^op h.0.mlp.gelu in (S(0),S(2))/op h.0.mlp.gelu in (S(0),S(1))/'
+	assert_check_fails "e.plan:20: op 'h.0.mlp.gelu': not a valid signature: gelu: mesh axis 'tp': no signature has out S(2) with x S(1)"
+}
+
+@test "flow-plan --check rejects a mesh that does not match --world" {
+	edited_plan 's/x/x/'
+	assert_check_fails "e.plan:3: mesh '2x2:dp,tp' has 4 ranks, not the world size 8" --world 8
+	run -0 flow-plan --check e.plan --world 4
+}
+
+@test "flow-plan --check rejects a batch not divisible by the dp ranks" {
+	edited_plan 's/^batch 4/batch 3/'
+	assert_check_fails "e.plan:4: batch 3 is not divisible by the 2 ranks of axis 'dp'"
+}
+
+@test "flow-plan --check rejects ZeRO without a dp axis" {
+	edited_plan 's/^zero 0/zero 1/;s/2x2:dp,tp/2x2:xp,tp/'
+	assert_check_fails "e.plan:7: zero 1 needs a mesh axis named 'dp', mesh '2x2:xp,tp' has none"
+}
+
+@test "flow-plan --check rejects a missing tensor and a missing op" {
+	edited_plan '/^tensor wpe /d'
+	assert_check_fails "e.plan:138: missing tensor 'wpe'"
+	edited_plan '/^op ln_f /d'
+	assert_check_fails "e.plan:138: missing op 'ln_f'"
+}
+
+@test "flow-plan --check rejects a duplicate tensor" {
+	edited_plan 's/^\(tensor wte .*\)$/\1\n\1/'
+	assert_check_fails "e.plan:42: duplicate tensor 'wte' (first on line 41)"
+}
+
+@test "flow-plan --model reports usage errors with exit 2" {
+	run -2 --separate-stderr flow-plan --model "$SMALL" --mesh 4 --axes dp --batch 6
+	assert_usage_error flow-plan "batch 6 is not divisible by the 4 ranks of axis 'dp'"
+	run -2 --separate-stderr flow-plan --model "$SMALL" --mesh 2 --axes tp --batch 4 --zero 1
+	assert_usage_error flow-plan "zero 1 needs a mesh axis named 'dp'"
+	run -2 --separate-stderr flow-plan --model "$SMALL" --mesh 2x2 --axes dp,pp --batch 4
+	assert_usage_error flow-plan "unknown mesh axis 'pp' (the standard layouts know dp and tp)"
+	run -2 --separate-stderr flow-plan --model "$SMALL" --mesh 2 --axes dp
+	assert_usage_error flow-plan "'--model' needs '--batch'"
+	run -2 --separate-stderr flow-plan --check x.plan --zero 1
+	assert_usage_error flow-plan "'--zero' needs '--model'"
+	run -2 --separate-stderr flow-plan --boxing 6x8 --mesh 4 --from P --to B --world 4
+	assert_usage_error flow-plan "'--world' needs '--check'"
 }
