@@ -590,42 +590,42 @@ flow_err_t flow_broadcast(flow_comm_t *c, void *buf, size_t count,
 	return c->ops->broadcast(c, buf, count, dtype, root, diag);
 }
 
-flow_err_t flow_send(flow_comm_t *c, const void *buf, size_t count,
-		     flow_dtype_t dtype, int peer, flow_diag_t *diag)
+/* Send and recv share their checks; buf is only read for a send. */
+static flow_err_t p2p_op(flow_comm_t *c, flow_comm_op_t op, void *buf,
+			 size_t count, flow_dtype_t dtype, int peer,
+			 flow_diag_t *diag)
 {
 	size_t bytes = 0;
+	bool sending = op == FLOW_OP_SEND;
 	flow_err_t err = check_usable(c, dtype, false, diag);
 	if (!err)
 		err = check_rank(c, peer, "peer", diag);
 	if (!err && peer == c->rank)
 		err = flow_diag_set(diag, FLOW_ERR_USAGE,
-				    "rank %d cannot send to itself", peer);
+				    "rank %d cannot %s itself", peer,
+				    sending ? "send to" : "receive from");
 	if (!err)
 		err = check_bytes(count, dtype, &bytes, diag);
 	if (err)
 		return err;
-	begin(c, FLOW_OP_SEND);
+	begin(c, op);
 	c->peer = peer;
-	return bytes ? c->ops->send(c, buf, bytes, peer, diag) : FLOW_OK;
+	if (!bytes)
+		return FLOW_OK;
+	return sending ? c->ops->send(c, buf, bytes, peer, diag)
+		       : c->ops->recv(c, buf, bytes, peer, diag);
+}
+
+flow_err_t flow_send(flow_comm_t *c, const void *buf, size_t count,
+		     flow_dtype_t dtype, int peer, flow_diag_t *diag)
+{
+	return p2p_op(c, FLOW_OP_SEND, (void *)buf, count, dtype, peer, diag);
 }
 
 flow_err_t flow_recv(flow_comm_t *c, void *buf, size_t count,
 		     flow_dtype_t dtype, int peer, flow_diag_t *diag)
 {
-	size_t bytes = 0;
-	flow_err_t err = check_usable(c, dtype, false, diag);
-	if (!err)
-		err = check_rank(c, peer, "peer", diag);
-	if (!err && peer == c->rank)
-		err = flow_diag_set(diag, FLOW_ERR_USAGE,
-				    "rank %d cannot receive from itself", peer);
-	if (!err)
-		err = check_bytes(count, dtype, &bytes, diag);
-	if (err)
-		return err;
-	begin(c, FLOW_OP_RECV);
-	c->peer = peer;
-	return bytes ? c->ops->recv(c, buf, bytes, peer, diag) : FLOW_OK;
+	return p2p_op(c, FLOW_OP_RECV, buf, count, dtype, peer, diag);
 }
 
 flow_err_t flow_barrier(flow_comm_t *c, flow_diag_t *diag)
