@@ -15,6 +15,7 @@
 #include <flow/bench.h>
 #include <flow/comm.h>
 #include <flow/log.h>
+#include <flow/plan.h>
 #include <flow/train.h>
 #include <flow/world.h>
 
@@ -22,6 +23,7 @@
 
 static const char help_text[] =
 	"Usage: flow-train --model SPEC --data DIR [options]\n"
+	"       flow-train --plan PLAN --data DIR [options]\n"
 	"       flow-train --model SPEC --emit-graph [--batch B] [--seq-len T]\n"
 	"Train a GPT on this machine's CPU from a flow-shard(5) dataset, one\n"
 	"TSV row per step on standard output (step, phase, loss, lr, grad_norm,\n"
@@ -31,6 +33,9 @@ static const char help_text[] =
 	"      --model SPEC       gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, or\n"
 	"                         gpt:layers=L,heads=H,dim=C,vocab=V,seq=S[,pad=P];\n"
 	"                         a preset takes overrides: gpt2-124m:seq=256\n"
+	"      --plan PLAN        a flow-plan(5) file: the model, batch, seq-len,\n"
+	"                         grad-accum and mesh come from it (data-parallel\n"
+	"                         plans: zero 0, only the dp axis above size 1)\n"
 	"      --data DIR         dataset directory written by flow-shard\n"
 	"  -b, --batch B          sequences per micro-batch [4]\n"
 	"  -t, --seq-len T        tokens per sequence [the model's seq]\n"
@@ -106,6 +111,7 @@ enum {
 	OPT_DUMP_GRADS,
 	OPT_COMM_TIMEOUT,
 	OPT_NPROC,
+	OPT_PLAN,
 };
 
 static const struct option long_options[] = {
@@ -138,6 +144,7 @@ static const struct option long_options[] = {
 	{ "dump-grads", required_argument, NULL, OPT_DUMP_GRADS },
 	{ "comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT },
 	{ "nproc", required_argument, NULL, OPT_NPROC },
+	{ "plan", required_argument, NULL, OPT_PLAN },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -149,6 +156,8 @@ typedef struct train_opts {
 	const char *eval_batches; /* for "needs --eval-every" */
 	const char *ckpt_every;   /* for "needs --ckpt-dir" */
 	double comm_timeout;
+	const char *plan;         /* --plan */
+	const char *shape_option; /* --batch, --seq-len or --grad-accum given */
 } train_opts_t;
 
 #define MAX_COUNT ((int64_t)1 << 40)
@@ -170,16 +179,22 @@ static void parse_options(flow_tool_t *tool, train_opts_t *o, int argc,
 		case OPT_DATA:
 			c->data_dir = optarg;
 			break;
+		case OPT_PLAN:
+			o->plan = optarg;
+			break;
 		case 'b':
+			o->shape_option = "--batch";
 			c->batch = (uint32_t)flow_tool_int(tool, "--batch", optarg, 1, 1 << 20);
 			break;
 		case 't':
+			o->shape_option = "--seq-len";
 			c->seq_len = (uint32_t)flow_tool_int(tool, "--seq-len", optarg, 1, 1 << 20);
 			break;
 		case 'n':
 			c->steps = (uint64_t)flow_tool_int(tool, "--steps", optarg, 0, MAX_COUNT);
 			break;
 		case OPT_GRAD_ACCUM:
+			o->shape_option = "--grad-accum";
 			c->grad_accum = (uint32_t)flow_tool_int(tool, "--grad-accum", optarg, 1, 1 << 20);
 			break;
 		case OPT_SEED:
@@ -267,11 +282,20 @@ static void parse_options(flow_tool_t *tool, train_opts_t *o, int argc,
 		flow_tool_usage_error(tool, "unexpected argument '%s'", argv[optind]);
 }
 
+static void validate_run(flow_tool_t *tool, train_opts_t *o);
+
 static void validate(flow_tool_t *tool, train_opts_t *o)
 {
 	flow_train_config_t *c = &o->cfg;
 	if (tool->json)
 		flow_tool_usage_error(tool, "--json is not supported: the output is TSV");
+	if (o->plan && (o->model || o->shape_option || o->emit_graph))
+		flow_tool_usage_error(tool, "%s comes from the plan: give --plan or it, not both",
+				      o->model ? "--model" : o->emit_graph ? "--emit-graph" : o->shape_option);
+	if (o->plan) {
+		validate_run(tool, o);
+		return;
+	}
 	if (!o->model)
 		flow_tool_usage_error(tool, "missing --model SPEC");
 	flow_diag_t diag = FLOW_DIAG_INIT;
@@ -282,6 +306,13 @@ static void validate(flow_tool_t *tool, train_opts_t *o)
 				      c->seq_len, c->model.seq);
 	if (o->emit_graph)
 		return;
+	validate_run(tool, o);
+}
+
+/* The checks of a training run, with or without a plan. */
+static void validate_run(flow_tool_t *tool, train_opts_t *o)
+{
+	flow_train_config_t *c = &o->cfg;
 	if (!c->data_dir)
 		flow_tool_usage_error(tool, "missing --data DIR");
 	if (o->eval_batches && !c->eval_every)
@@ -359,6 +390,61 @@ static void write_row(const flow_train_row_t *r)
 	putchar('\n');
 }
 
+/* What this flow-train can execute of a plan: data parallelism on its dp
+ * axis, every other axis of size 1, nothing sharded on dp.  A plan asking
+ * for more is refused, naming its line, rather than run another way. */
+static flow_err_t plan_runnable(const flow_plan_t *p, flow_diag_t *diag)
+{
+	static const char why[] =
+		"this flow-train runs data-parallel plans only (zero 0, every mesh axis but dp of size 1)";
+	if (p->zero)
+		return flow_diag_set(diag, FLOW_ERR_NOTSUP, "%s:%zu: zero %d: %s",
+				     p->path, p->line_zero, p->zero, why);
+	for (int a = 0; a < p->mesh.ndim; a++)
+		if (p->mesh.dims[a] > 1 && strcmp(p->mesh.names[a], "dp") != 0)
+			return flow_diag_set(diag, FLOW_ERR_NOTSUP,
+					     "%s:%zu: axis '%s' has %lld ranks: %s",
+					     p->path, p->line_mesh, p->mesh.names[a],
+					     (long long)p->mesh.dims[a], why);
+	for (size_t i = 0; i < p->ntensors; i++) {
+		const flow_plan_tensor_t *t = &p->tensors[i];
+		bool replicated = t->role == FLOW_ROLE_PARAM ||
+				  t->role == FLOW_ROLE_PARAM_GRAD ||
+				  t->role == FLOW_PLAN_ROLE_ADAMW_M ||
+				  t->role == FLOW_PLAN_ROLE_ADAMW_V;
+		flow_nd_sbp_t b;
+		flow_nd_sbp_fill(&b, p->mesh.ndim, (flow_sbp_t){ .kind = FLOW_SBP_BROADCAST });
+		if (replicated && !flow_nd_sbp_equal(&t->sbp, &b))
+			return flow_diag_set(diag, FLOW_ERR_NOTSUP,
+					     "%s:%zu: '%s' is not replicated: %s",
+					     p->path, t->line, t->name, why);
+	}
+	return FLOW_OK;
+}
+
+/* The plan's settings, once the world is known: checked against the world
+ * size, runnable, copied into the configuration; the data-parallel group
+ * is the plan's dp axis. */
+static flow_err_t apply_plan(const flow_plan_t *p, flow_world_t *w,
+			     flow_comm_t *world_comm, flow_train_config_t *c,
+			     flow_comm_t **dp_out, flow_diag_t *diag)
+{
+	int size = flow_world_info(w)->size;
+	flow_err_t err = flow_plan_check(p, size, NULL, NULL, diag);
+	if (!err)
+		err = plan_runnable(p, diag);
+	if (err)
+		return err;
+	c->model = p->cfg;
+	c->batch = p->batch;
+	c->seq_len = p->seq_len;
+	c->grad_accum = p->grad_accum;
+	int dp = flow_mesh_axis(&p->mesh, "dp");
+	if (size == 1 || dp < 0)
+		return FLOW_OK;
+	return flow_comm_mesh_axes(world_comm, &p->mesh, 1u << dp, dp_out, diag);
+}
+
 /* Train on this rank; only rank 0 writes the table.  A failure on any rank
  * prints its line here and ends the job through the launcher, so no rank
  * waits for a dead one. */
@@ -366,24 +452,35 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 {
 	flow_train_config_t *c = &o->cfg;
 	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_plan_t *plan = NULL;
 	flow_world_t *w = NULL;
-	flow_comm_t *comm = NULL;
+	flow_comm_t *world_comm = NULL, *dp_comm = NULL;
 	flow_trainer_t *t = NULL;
 	int status = 0;
 
-	if (flow_world_init(&w, o->comm_timeout, &diag) != FLOW_OK)
+	if (o->plan && flow_plan_read(o->plan, &plan, &diag) != FLOW_OK)
 		return flow_tool_fail(tool, &diag);
-	bool speaks = flow_world_info(w)->rank == 0;
-	if (flow_world_info(w)->size > 1) {
-		if (flow_comm_world(w, FLOW_COMM_CPU, &comm, &diag) != FLOW_OK)
-			goto fail;
-		c->comm = comm;
+	if (flow_world_init(&w, o->comm_timeout, &diag) != FLOW_OK) {
+		flow_plan_free(plan);
+		return flow_tool_fail(tool, &diag);
 	}
+	bool speaks = flow_world_info(w)->rank == 0;
+	if (flow_world_info(w)->size > 1 &&
+	    flow_comm_world(w, FLOW_COMM_CPU, &world_comm, &diag) != FLOW_OK)
+		goto fail;
+	if (plan && apply_plan(plan, w, world_comm, c, &dp_comm, &diag) != FLOW_OK)
+		goto fail;
+	c->comm = dp_comm ? dp_comm : world_comm;
 	if (!o->peak_given)
 		c->peak_gflops = measure_peak();
 	if (flow_trainer_new(c, &t, &diag) != FLOW_OK)
 		goto fail;
 	if (speaks) {
+		if (plan) {
+			char mesh[128];
+			flow_mesh_format(&plan->mesh, mesh, sizeof mesh);
+			printf("# plan %s (mesh %s)\n", plan->path, mesh);
+		}
 		flow_trainer_describe(t, stdout);
 		printf("step\tphase\tloss\tlr\tgrad_norm\tms\ttokens_per_s\tmfu\n");
 	}
@@ -403,14 +500,18 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 		flow_trainer_print_profile(t, stderr);
 	}
 	flow_trainer_free(t);
-	flow_comm_free(comm);
+	flow_comm_free(dp_comm);
+	flow_comm_free(world_comm);
+	flow_plan_free(plan);
 	if (flow_world_free(w, &diag) != FLOW_OK)
 		return flow_tool_fail(tool, &diag);
 	return status;
 fail:
 	status = flow_tool_fail(tool, &diag);
 	flow_trainer_free(t);
-	flow_comm_free(comm);
+	flow_comm_free(dp_comm);
+	flow_comm_free(world_comm);
+	flow_plan_free(plan);
 	flow_world_abort(w, status, flow_diag_message(&diag));
 	return status;
 }

@@ -4,11 +4,11 @@
 # own documentation, byte-tokenised), then flow-bench's kernel checks (the
 # sgemm ceiling, then every CPU kernel forward and backward, timed and checked
 # against the reference kernels), then flow-bench comm: an all-reduce
-# across 2 local ranks, checked bit for bit, then flow-train on 2 local
-# ranks (data parallel, flow's own launcher): a small GPT on that corpus
+# across 2 local ranks, checked bit for bit, then flow-plan: a data-parallel
+# plan for 2 ranks, checked, then flow-train on 2 local ranks from that
+# plan (flow's own launcher): a small GPT on that corpus
 # whose loss falls, a checkpoint, and a resume from it that reproduces the
-# uninterrupted run bit for bit.  Later stages (plan, export) join as they
-# land.
+# uninterrupted run bit for bit.  Later stages (export) join as they land.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,9 +37,13 @@ echo "== flow-bench kernel all: every CPU kernel, forward and backward, checked"
 echo "== flow-bench comm: all-reduce across 2 local ranks, every result checked"
 "$bin/flow-bench" comm all_reduce -b 4K -e 16M -f 16 --iters 10 --nproc 2
 
-echo "== flow-train --nproc 2: a 4-layer GPT on the corpus, data parallel on 2 ranks"
-train=(--nproc 2 --model gpt:layers=4,heads=4,dim=128,vocab=256,seq=128 --data "$demo/data"
-	--batch 8 --seq-len 128 --steps 120 --lr 2e-3 --warmup 10 --eval-every 60
+echo "== flow-plan: the data-parallel plan of a 4-layer GPT on 2 ranks, checked"
+"$bin/flow-plan" --model gpt:layers=4,heads=4,dim=128,vocab=256,seq=128 --mesh 2 \
+	--axes dp --batch 8 --seq-len 128 -o "$demo/gpt.plan"
+"$bin/flow-plan" --check "$demo/gpt.plan" --world 2
+
+echo "== flow-train --nproc 2 --plan: the GPT on the corpus, data parallel on 2 ranks"
+train=(--nproc 2 --plan "$demo/gpt.plan" --data "$demo/data" --steps 120 --lr 2e-3 --warmup 10 --eval-every 60
 	--eval-batches 4 --ckpt-dir "$demo/ckpt" --ckpt-every 60)
 "$bin/flow-train" "${train[@]}" | tee "$demo/train.tsv" |
 	awk -F'\t' '/^#/ || $1 == "step" || $2 == "val" || $1 % 10 == 0'

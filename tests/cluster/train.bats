@@ -141,3 +141,40 @@ assert_losses_close() {
 	grep -q '^# data parallel over 2 ranks (tcp)' srun.tsv
 	assert_losses_close srun.tsv 1e-5
 }
+
+# ---- from a plan ---------------------------------------------------------------------
+
+# The data-parallel plan of TRAIN's model and batch on $1 ranks, in dp.plan.
+dp_plan() {
+	flow-plan --model "$MODEL" --mesh "$1" --axes dp --batch 4 --seq-len 32 \
+		--grad-accum 2 >dp.plan
+}
+
+@test "flow-train --plan of 2 data-parallel ranks equals the same run without a plan" {
+	dp_plan 2
+	PLAN=(--steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20)
+	run -0 --separate-stderr flow-train --nproc 2 --plan dp.plan "${PLAN[@]}" --data "$DATA"
+	printf '%s\n' "$output" >plan.tsv
+	grep -q '^# plan dp.plan (mesh 2:dp)$' plan.tsv
+	flow-train --nproc 2 "${TRAIN[@]}" --data "$DATA" >noplan.tsv
+	diff <(numbers plan.tsv) <(numbers noplan.tsv)
+	assert_losses_close plan.tsv 1e-5
+}
+
+@test "flow-train refuses a plan for another world size, naming its line" {
+	dp_plan 2
+	run -1 --separate-stderr flow-train --nproc 4 --plan dp.plan --data "$DATA" --steps 2
+	[[ "$stderr" == *"flow-train: dp.plan:3: mesh '2:dp' has 2 ranks, not the world size 4"* ]]
+}
+
+@test "flow-train refuses a tensor-parallel plan it cannot run yet, naming the axis" {
+	flow-plan --model "$MODEL" --mesh 2 --axes tp --batch 4 --seq-len 32 >tp.plan
+	run -1 --separate-stderr flow-train --nproc 2 --plan tp.plan --data "$DATA" --steps 2
+	[[ "$stderr" == *"flow-train: tp.plan:3: axis 'tp' has 2 ranks: this flow-train runs data-parallel plans only"* ]]
+}
+
+@test "flow-train --plan takes the model and batch from the plan only" {
+	dp_plan 2
+	run -2 --separate-stderr flow-train --plan dp.plan --batch 8 --data "$DATA"
+	[ "${stderr_lines[0]}" = "flow-train: --batch comes from the plan: give --plan or it, not both" ]
+}
