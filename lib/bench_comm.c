@@ -49,11 +49,13 @@ double flow_bench_coll_busbw_factor(flow_bench_coll_t op, int n)
 
 /* ---- exact values --------------------------------------------------------- */
 
-/* Rank r's input element i: 1 .. 11, so a sum over up to 23 ranks is exact
- * in bf16 and fits a u8. */
-static int64_t value_of(int r, size_t i)
+/* Rank r's input element i of an n-rank job: 1 .. m with m * n <= 256
+ * (m at most 11), so every sum is exact in bf16 (integers to 256) and u8
+ * wraps the same way on every side. */
+static int64_t value_of(int n, int r, size_t i)
 {
-	return (int64_t)((i * 7 + (size_t)r * 3) % 11) + 1;
+	size_t m = n >= 256 ? 1 : 256 / (size_t)n < 11 ? 256 / (size_t)n : 11;
+	return (int64_t)((i * 7 + (size_t)r * 3) % m) + 1;
 }
 
 static void put(void *buf, size_t i, flow_dtype_t dtype, int64_t v)
@@ -188,11 +190,11 @@ static void fill(const plan_t *p, buffers_t *b)
 {
 	size_t nsend = b->send_bytes / flow_dtype_size(p->dtype);
 	for (size_t i = 0; i < nsend; i++)
-		put(b->host_send, i, p->dtype, value_of(p->me, i));
+		put(b->host_send, i, p->dtype, value_of(p->n, p->me, i));
 	if (p->op == FLOW_BENCH_BROADCAST)
 		for (size_t i = 0; i < p->per; i++)
 			put(b->host_recv, i, p->dtype,
-			    p->me == 0 ? value_of(0, i) : 0);
+			    p->me == 0 ? value_of(p->n, 0, i) : 0);
 }
 
 static int64_t expected(const plan_t *p, size_t i)
@@ -201,19 +203,19 @@ static int64_t expected(const plan_t *p, size_t i)
 	switch (p->op) {
 	case FLOW_BENCH_ALL_REDUCE:
 		for (int r = 0; r < p->n; r++)
-			sum += value_of(r, i);
+			sum += value_of(p->n, r, i);
 		return sum;
 	case FLOW_BENCH_REDUCE_SCATTER:
 		for (int r = 0; r < p->n; r++)
-			sum += value_of(r, (size_t)p->me * p->per + i);
+			sum += value_of(p->n, r, (size_t)p->me * p->per + i);
 		return sum;
 	case FLOW_BENCH_ALL_GATHER:
-		return value_of((int)(i / p->per), i % p->per);
+		return value_of(p->n, (int)(i / p->per), i % p->per);
 	case FLOW_BENCH_ALL_TO_ALL:
-		return value_of((int)(i / p->per),
+		return value_of(p->n, (int)(i / p->per),
 				(size_t)p->me * p->per + i % p->per);
 	default:
-		return value_of(0, i);
+		return value_of(p->n, 0, i);
 	}
 }
 

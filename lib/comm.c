@@ -144,8 +144,10 @@ static void open_pidfds(flow_comm_t *c)
 #ifdef SYS_pidfd_open
 		c->pidfds[r] = (int)syscall(SYS_pidfd_open,
 					    flow_world_pid_of(c->world, wr), 0);
-		if (c->pidfds[r] < 0 && errno != ENOSYS)
+		if (c->pidfds[r] < 0 && errno == ESRCH)
 			c->pidfds[r] = -2; /* already gone */
+		else if (c->pidfds[r] < 0)
+			c->pidfds[r] = -1; /* no fd to spare: kill(pid, 0) */
 #endif
 	}
 }
@@ -240,26 +242,6 @@ static flow_err_t backend_init(flow_comm_t *c, flow_comm_t *parent,
 #endif
 }
 
-flow_err_t flow_comm_world(flow_world_t *w, flow_comm_backend_t backend,
-			   flow_comm_t **out, flow_diag_t *diag)
-{
-	*out = NULL;
-	const flow_world_info_t *info = flow_world_info(w);
-	flow_comm_t *c = comm_alloc(w, backend, info->size);
-	if (!c)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
-	c->rank = info->rank;
-	for (int r = 0; r < c->size; r++)
-		c->world_ranks[r] = r;
-	flow_err_t err = backend_init(c, NULL, diag);
-	if (err) {
-		flow_comm_free(c);
-		return err;
-	}
-	*out = c;
-	return FLOW_OK;
-}
-
 /* A child's id: the same on all its members, different from its siblings
  * (color), from the parent's other splits (nsplits) and from every other
  * family (the parent's id).  SplitMix64 keeps collisions unlikely. */
@@ -270,6 +252,30 @@ static uint64_t child_id(uint64_t parent, uint64_t nsplit, int color)
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
 	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
 	return (x ^ (x >> 31)) | 1; /* never 0, the world's id */
+}
+
+flow_err_t flow_comm_world(flow_world_t *w, flow_comm_backend_t backend,
+			   flow_comm_t **out, flow_diag_t *diag)
+{
+	*out = NULL;
+	const flow_world_info_t *info = flow_world_info(w);
+	flow_comm_t *c = comm_alloc(w, backend, info->size);
+	if (!c)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	c->rank = info->rank;
+	/* The first world communicator is 0; later ones (an NCCL
+	 * communicator's CPU twin, a second CPU one) must differ. */
+	uint64_t n = flow_world_next_comm(w);
+	c->id = n ? child_id(0, n, -1) : 0;
+	for (int r = 0; r < c->size; r++)
+		c->world_ranks[r] = r;
+	flow_err_t err = backend_init(c, NULL, diag);
+	if (err) {
+		flow_comm_free(c);
+		return err;
+	}
+	*out = c;
+	return FLOW_OK;
 }
 
 typedef struct split_entry {
@@ -465,10 +471,10 @@ static flow_err_t total_of(const flow_comm_t *c, const size_t *counts,
 			   flow_diag_t *diag)
 {
 	size_t sum = 0, bytes;
-	for (int r = 0; r < c->size; r++)
-		if (!flow_add_size(sum, counts[r], &sum))
-			sum = SIZE_MAX;
-	if (!flow_mul_size(sum, flow_dtype_size(dtype), &bytes))
+	bool fits = true;
+	for (int r = 0; r < c->size && fits; r++)
+		fits = flow_add_size(sum, counts[r], &sum);
+	if (!fits || !flow_mul_size(sum, flow_dtype_size(dtype), &bytes))
 		return flow_diag_set(diag, FLOW_ERR_RANGE,
 				     "counts overflow the address space");
 	*total = sum;

@@ -94,6 +94,11 @@ flow_err_t flow_comm_tcp_init(flow_comm_t *c, flow_diag_t *diag);
 flow_err_t flow_comm_nccl_init(flow_comm_t *c, flow_comm_t *parent,
 			       flow_diag_t *diag);
 
+/* The number of world communicators made so far in w (world.c): collective
+ * calls, so the same on every rank; each new world communicator's id comes
+ * from it. */
+uint64_t flow_world_next_comm(flow_world_t *w);
+
 /* ---- deadlines and failures ------------------------------------------- */
 
 /* Monotonic clock, seconds. */

@@ -88,20 +88,29 @@ static flow_err_t wait_done(flow_comm_t *c, nccl_state_t *s, bool stream,
 {
 	for (;;) {
 		ncclResult_t state = ncclSuccess;
-		if (ncclCommGetAsyncError(s->comm, &state) == ncclSuccess &&
-		    state != ncclSuccess && state != ncclInProgress) {
+		if (ncclCommGetAsyncError(s->comm, &state) != ncclSuccess)
+			state = ncclInternalError;
+		if (state != ncclSuccess && state != ncclInProgress) {
 			int dead = flow_comm_first_dead_peer(c);
 			ncclCommAbort(s->comm);
 			s->comm = NULL;
 			if (dead >= 0)
 				return flow_comm_peer_fail(c, diag, dead,
 							   "died");
-			return flow_comm_fail(c, diag, FLOW_ERR_PEER,
+			/* Only these two come from another rank or the network. */
+			bool peer = state == ncclRemoteError ||
+				    state == ncclSystemError;
+			return flow_comm_fail(c, diag,
+					      peer ? FLOW_ERR_PEER : FLOW_ERR_DEVICE,
 					      "NCCL: %s (%s)",
 					      ncclGetErrorString(state),
 					      ncclGetLastError(NULL));
 		}
-		if (stream) {
+		/* A non-blocking communicator may not have queued its kernels
+		 * yet while in progress: the stream only counts after that. */
+		if (state == ncclSuccess && !stream)
+			return FLOW_OK;
+		if (state == ncclSuccess) {
 			cudaError_t q = cudaStreamQuery(s->stream);
 			if (q == cudaSuccess)
 				return FLOW_OK;
@@ -109,8 +118,6 @@ static flow_err_t wait_done(flow_comm_t *c, nccl_state_t *s, bool stream,
 				return flow_comm_fail(c, diag, FLOW_ERR_DEVICE,
 						      "CUDA: %s",
 						      cudaGetErrorString(q));
-		} else if (state == ncclSuccess) {
-			return FLOW_OK;
 		}
 		if (flow_comm_now() > flow_comm_deadline(c)) {
 			int dead = flow_comm_first_dead_peer(c);
@@ -142,6 +149,10 @@ static flow_err_t pick_device(flow_comm_t *c, flow_diag_t *diag)
 	gpu_id_t mine = { .node = me->node }, *all = NULL;
 	size_t *counts = NULL;
 	FLOW_CUDA_TRY_C(c, cudaGetDeviceCount(&n), out);
+	if (n < 1) {
+		err = flow_comm_fail(c, diag, FLOW_ERR_DEVICE, "no CUDA device");
+		goto out;
+	}
 	c->device = me->local_rank % n;
 	FLOW_CUDA_TRY_C(c, cudaSetDevice(c->device), out);
 	FLOW_CUDA_TRY_C(c, cudaDeviceGetPCIBusId(mine.bus, sizeof mine.bus,
@@ -156,34 +167,49 @@ static flow_err_t pick_device(flow_comm_t *c, flow_diag_t *diag)
 	for (int r = 0; r < c->size; r++)
 		counts[r] = sizeof mine;
 	err = flow_all_gather(c->host, &mine, all, counts, FLOW_DTYPE_U8, diag);
-	for (int r = 0; !err && r < c->size; r++)
-		if (r != c->rank && all[r].node == mine.node &&
-		    strcmp(all[r].bus, mine.bus) == 0)
-			err = flow_diag_set(
-				diag, FLOW_ERR_USAGE,
-				"rank %d (%s) and rank %d both use GPU %s: %d ranks on this node see %d GPU(s); give each rank its own (srun --gpus-per-task=1)",
-				me->rank, me->host, c->world_ranks[r], mine.bus,
-				me->local_size, n);
+	/* Every rank sees every pair, so all refuse together (no rank is
+	 * left waiting for the unique id). */
+	for (int a = 0; !err && a < c->size; a++)
+		for (int b = a + 1; !err && b < c->size; b++)
+			if (all[a].node == all[b].node &&
+			    strcmp(all[a].bus, all[b].bus) == 0)
+				err = flow_diag_set(
+					diag, FLOW_ERR_USAGE,
+					"rank %d and rank %d (%s) both use GPU %s: give each rank its own (srun --gpus-per-task=1)",
+					c->world_ranks[a], c->world_ranks[b],
+					flow_world_host_of(c->world,
+							   c->world_ranks[a]),
+					all[a].bus);
 out:
 	free(all);
 	free(counts);
 	return err;
 }
 
+/* Rank 0's unique id reaches every rank, with a flag, so a failure to make
+ * one fails everyone at once instead of by timeout. */
 static flow_err_t init_from_id(flow_comm_t *c, nccl_state_t *s,
 			       flow_diag_t *diag)
 {
-	ncclUniqueId id;
+	struct {
+		int32_t ok;
+		ncclUniqueId id;
+	} msg = { 0 };
 	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
 	flow_err_t err = FLOW_OK;
 	config.blocking = 0;
 	if (c->rank == 0)
-		FLOW_NCCL_TRY(c, ncclGetUniqueId(&id), out);
-	err = flow_broadcast(c->host, &id, sizeof id, FLOW_DTYPE_U8, 0, diag);
+		msg.ok = ncclGetUniqueId(&msg.id) == ncclSuccess;
+	err = flow_broadcast(c->host, &msg, sizeof msg, FLOW_DTYPE_U8, 0, diag);
+	if (!err && !msg.ok)
+		err = flow_comm_fail(c, diag, FLOW_ERR_DEVICE,
+				     "rank 0 could not make an NCCL unique id");
 	if (err)
 		goto out;
-	FLOW_NCCL_TRY(c, ncclCommInitRankConfig(&s->comm, c->size, id, c->rank,
-						&config),
+	/* NCCL's own set-up gets a whole deadline. */
+	c->deadline = flow_comm_now() + c->timeout_s;
+	FLOW_NCCL_TRY(c, ncclCommInitRankConfig(&s->comm, c->size, msg.id,
+						c->rank, &config),
 		      out);
 	err = wait_done(c, s, false, diag);
 out:
@@ -196,7 +222,9 @@ static void nccl_destroy(flow_comm_t *c)
 	if (!s)
 		return;
 	if (s->comm) {
-		if (c->failed)
+		/* After a failure (also one seen by the CPU twin) a peer may be
+		 * gone: destroy would wait for it, abort does not. */
+		if (c->failed || (c->host && c->host->failed))
 			ncclCommAbort(s->comm);
 		else
 			ncclCommDestroy(s->comm);

@@ -10,6 +10,8 @@
  * round once per element. */
 #include <config.h>
 
+#include <string.h>
+
 #include "comm_internal.h"
 
 #define BLOCK 512
@@ -47,7 +49,12 @@ static inline uint16_t f32_to_bf16(float f)
 			 size_t count)                                        \
 	{                                                                     \
 		elem_t *d = dst;                                              \
-		const elem_t *a = srcs[0], *b = srcs[1];                      \
+		const elem_t *a = srcs[0], *b = n > 1 ? srcs[1] : a;          \
+		if (n == 1) {                                                 \
+			if (d != a)                                           \
+				memmove(d, a, count * sizeof *d);             \
+			return;                                               \
+		}                                                             \
 		if (n == 2) {                                                 \
 			VEC                                                   \
 			for (size_t i = 0; i < count; i++)                    \

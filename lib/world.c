@@ -25,6 +25,8 @@
 #include <flow/log.h>
 #include <flow/world.h>
 
+#include "comm_internal.h"
+
 #include "pmix_internal.h"
 
 #define ADDR_MAX 256
@@ -45,6 +47,7 @@ struct flow_world {
 	peer_t *peers; /* [size] */
 	int *nodes;    /* [size]: dense node number of each rank */
 	bool pmix;     /* joined through PMIx (false: no-PMIx singleton) */
+	uint64_t comms; /* world communicators made (their ids) */
 #ifdef HAVE_PMIX
 	pmix_proc_t me;
 #endif
@@ -171,7 +174,8 @@ static void pmix_get_host(const flow_world_t *w, char *host, size_t cap)
 }
 
 /* The state of one non-blocking fence.  On the heap: after a timeout the
- * callback may still come, so a timed-out fence's record is left to it. */
+ * callback may still come, so a timed-out fence's record is never freed
+ * (the process is about to leave the job). */
 typedef struct fence_wait {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -495,6 +499,11 @@ const char *flow_world_addr_of(const flow_world_t *w, int rank)
 int flow_world_listen_fd(const flow_world_t *w)
 {
 	return w->listen_fd;
+}
+
+uint64_t flow_world_next_comm(flow_world_t *w)
+{
+	return w->comms++;
 }
 
 flow_err_t flow_world_free(flow_world_t *w, flow_diag_t *diag)
