@@ -311,27 +311,43 @@ static flow_err_t group_end(flow_comm_t *c, flow_err_t err, flow_diag_t *diag)
 	return err;
 }
 
-/* Uneven blocks: one reduce (or broadcast) per owner inside one group. */
-static flow_err_t nccl_reduce_scatter(flow_comm_t *c, const void *send,
-				      void *recv, const size_t *counts,
-				      flow_dtype_t dtype, flow_diag_t *diag)
+/* Reduce-scatter (reduce) and all-gather (!reduce): NCCL's own collective
+ * for equal blocks; uneven blocks as one reduce, or one broadcast, per
+ * owner inside one group. */
+static flow_err_t nccl_blocks(flow_comm_t *c, bool reduce, const void *send,
+			      void *recv, const size_t *counts,
+			      flow_dtype_t dtype, flow_diag_t *diag)
 {
 	nccl_state_t *s = c->impl;
+	ncclDataType_t type = nccl_type(dtype);
 	size_t elem = flow_dtype_size(dtype), off = 0;
 	flow_err_t err = FLOW_OK;
 	if (all_equal(counts, c->size)) {
-		FLOW_NCCL_TRY(c, ncclReduceScatter(send, recv, counts[0],
-						   nccl_type(dtype), ncclSum,
-						   s->comm, s->stream),
-			      out);
+		if (reduce)
+			FLOW_NCCL_TRY(c, ncclReduceScatter(send, recv, counts[0],
+							   type, ncclSum, s->comm,
+							   s->stream),
+				      out);
+		else
+			FLOW_NCCL_TRY(c, ncclAllGather(send, recv,
+						       nccl_count(counts[0], dtype),
+						       type, s->comm, s->stream),
+				      out);
 		return wait_done(c, s, true, diag);
 	}
 	FLOW_NCCL_TRY(c, ncclGroupStart(), out);
 	for (int r = 0; r < c->size; r++) {
-		FLOW_NCCL_TRY(c, ncclReduce((const char *)send + off * elem,
-					    recv, counts[r], nccl_type(dtype),
-					    ncclSum, r, s->comm, s->stream),
-			      group);
+		if (reduce)
+			FLOW_NCCL_TRY(c, ncclReduce((const char *)send + off * elem,
+						    recv, counts[r], type, ncclSum,
+						    r, s->comm, s->stream),
+				      group);
+		else
+			FLOW_NCCL_TRY(c, ncclBroadcast(send,
+						       (char *)recv + off * elem,
+						       nccl_count(counts[r], dtype),
+						       type, r, s->comm, s->stream),
+				      group);
 		off += counts[r];
 	}
 group:
@@ -342,36 +358,18 @@ out:
 	return err;
 }
 
+static flow_err_t nccl_reduce_scatter(flow_comm_t *c, const void *send,
+				      void *recv, const size_t *counts,
+				      flow_dtype_t dtype, flow_diag_t *diag)
+{
+	return nccl_blocks(c, true, send, recv, counts, dtype, diag);
+}
+
 static flow_err_t nccl_all_gather(flow_comm_t *c, const void *send,
 				  void *recv, const size_t *counts,
 				  flow_dtype_t dtype, flow_diag_t *diag)
 {
-	nccl_state_t *s = c->impl;
-	size_t elem = flow_dtype_size(dtype), off = 0;
-	flow_err_t err = FLOW_OK;
-	if (all_equal(counts, c->size)) {
-		FLOW_NCCL_TRY(c, ncclAllGather(send, recv,
-					       nccl_count(counts[0], dtype),
-					       nccl_type(dtype), s->comm,
-					       s->stream),
-			      out);
-		return wait_done(c, s, true, diag);
-	}
-	FLOW_NCCL_TRY(c, ncclGroupStart(), out);
-	for (int r = 0; r < c->size; r++) {
-		FLOW_NCCL_TRY(c, ncclBroadcast(send, (char *)recv + off * elem,
-					       nccl_count(counts[r], dtype),
-					       nccl_type(dtype), r, s->comm,
-					       s->stream),
-			      group);
-		off += counts[r];
-	}
-group:
-	err = group_end(c, err, diag);
-	if (!err)
-		err = wait_done(c, s, true, diag);
-out:
-	return err;
+	return nccl_blocks(c, false, send, recv, counts, dtype, diag);
 }
 
 static flow_err_t nccl_all_to_all(flow_comm_t *c, const void *send,

@@ -10,23 +10,7 @@
 
 #include <flow/sbp.h>
 
-static flow_mesh_t mesh_of(const char *text)
-{
-	flow_mesh_t m;
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	if (flow_mesh_parse(text, &m, &diag) != FLOW_OK)
-		fail_msg("%s", diag.msg);
-	return m;
-}
-
-static flow_nd_sbp_t sbp_of(const char *text)
-{
-	flow_nd_sbp_t s;
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	if (flow_nd_sbp_parse(text, &s, &diag) != FLOW_OK)
-		fail_msg("%s", diag.msg);
-	return s;
-}
+#include "sbputil.h"
 
 static flow_shape_t shape_of(const char *text)
 {

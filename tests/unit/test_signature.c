@@ -23,6 +23,8 @@
 #include <flow/sbp.h>
 #include <flow/signature.h>
 
+#include "sbputil.h"
+
 #define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
 #define NDIM(...) ((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)))
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -715,16 +717,6 @@ static void test_signature_other_backward_lists(void **state)
 }
 
 /* ---- n-D candidates ---------------------------------------------------------------- */
-
-static flow_mesh_t mesh_of(const char *text)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	flow_mesh_t m;
-
-	if (flow_mesh_parse(text, &m, &diag) != FLOW_OK)
-		fail_msg("mesh '%s': %s", text, flow_diag_message(&diag));
-	return m;
-}
 
 /* The candidates of q on mesh (at most cap written); *total_out all. */
 static int candidates(const flow_sig_query_t *q, const flow_mesh_t *mesh,
