@@ -1121,6 +1121,9 @@ static void flatten(char *s)
 			*s = ' ';
 }
 
+static void reap(launch_t *l);
+static bool fail_exited_rank(launch_t *l);
+
 static void handle_event(launch_t *l, struct event *ev)
 {
 	if (ev->rank >= (pmix_rank_t)l->nranks)
@@ -1135,6 +1138,11 @@ static void handle_event(launch_t *l, struct event *ev)
 		rk->finalized = true;
 		break;
 	case EV_ABORT:
+		/* A rank often aborts because a peer died: a peer already
+		 * gone with a failure is the cause, not the one reporting it. */
+		reap(l);
+		if (fail_exited_rank(l))
+			break;
 		ev->msg[sizeof(ev->msg) - 1] = '\0';
 		flatten(ev->msg);
 		snprintf(what, sizeof(what), "called PMIx_Abort(%d%s%s)",
@@ -1189,6 +1197,23 @@ static int verdict(const struct rank *rk, char *what, size_t len)
 	else
 		return 0;
 	return code ? code : 1;
+}
+
+/* Fail the job for a rank reaped but not yet judged that exited non-zero
+ * or by a signal; false when there is none. */
+static bool fail_exited_rank(launch_t *l)
+{
+	char what[128];
+	for (int r = 0; r < l->nranks; r++) {
+		struct rank *rk = &l->ranks[r];
+		if (!rk->reaped || rk->judged ||
+		    (WIFEXITED(rk->status) && WEXITSTATUS(rk->status) == 0))
+			continue;
+		rk->judged = true;
+		fail(l, r, verdict(rk, what, sizeof(what)), what);
+		return true;
+	}
+	return false;
 }
 
 /* Exits reaped together have no order.  A rank killed by a signal (or a
