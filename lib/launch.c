@@ -119,6 +119,9 @@ int flow_launch(const flow_launch_opts_t *opts, flow_diag_t *diag)
 #define DEFAULT_GRACE_S 5.0
 #define REPEAT_SIGNAL_S 0.25 /* GNU timeout signals twice at once (§8.8) */
 #define TEARDOWN_S 5         /* longest wait for libpmix's own shutdown */
+/* A rank often aborts because a peer died; the dead peer's exit may reach
+ * us a moment after the abort.  This long it may still take the blame. */
+#define ABORT_GRACE_S 0.1
 
 struct rank {
 	pid_t pid;      /* 0 until forked */
@@ -128,6 +131,9 @@ struct rank {
 	bool reaped;    /* waitpid() returned it */
 	bool judged;    /* its exit has been looked at */
 	int status;     /* wait status */
+	bool aborted;   /* it called PMIx_Abort */
+	int abort_status;
+	char abort_msg[256];
 };
 
 /* One flow_launch call; main thread only. */
@@ -157,6 +163,8 @@ typedef struct launch {
 	bool terminating; /* the ranks are being stopped */
 	bool killed;      /* SIGKILL was sent */
 	double deadline;  /* when SIGKILL follows */
+	int first_abort;  /* the first rank to call PMIx_Abort, or -1 */
+	double abort_at;  /* when its call reached us */
 } launch_t;
 
 static const int forwarded_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGUSR1,
@@ -470,6 +478,7 @@ static void launch_init(launch_t *l, const flow_launch_opts_t *opts)
 	l->self = getpid();
 	l->evfd = -1;
 	l->sfd = -1;
+	l->first_abort = -1;
 	l->grace_s = opts->grace_s > 0 ? opts->grace_s : DEFAULT_GRACE_S;
 	short_hostname(l->host, sizeof(l->host));
 	snprintf(l->nspace, sizeof(l->nspace), "flow.%.64s.%d.%u", l->host,
@@ -1121,15 +1130,11 @@ static void flatten(char *s)
 			*s = ' ';
 }
 
-static void reap(launch_t *l);
-static bool fail_exited_rank(launch_t *l);
-
 static void handle_event(launch_t *l, struct event *ev)
 {
 	if (ev->rank >= (pmix_rank_t)l->nranks)
 		return;
 	struct rank *rk = &l->ranks[ev->rank];
-	char what[320];
 	switch (ev->kind) {
 	case EV_CONNECTED:
 		rk->connected = true;
@@ -1137,17 +1142,18 @@ static void handle_event(launch_t *l, struct event *ev)
 	case EV_FINALIZED:
 		rk->finalized = true;
 		break;
-	case EV_ABORT:
-		/* A rank often aborts because a peer died: a peer already
-		 * gone with a failure is the cause, not the one reporting it. */
-		reap(l);
-		if (fail_exited_rank(l))
+	case EV_ABORT: /* judged by judge(), with the exits */
+		if (rk->aborted)
 			break;
+		rk->aborted = true;
+		rk->abort_status = ev->status;
 		ev->msg[sizeof(ev->msg) - 1] = '\0';
 		flatten(ev->msg);
-		snprintf(what, sizeof(what), "called PMIx_Abort(%d%s%s)",
-			 ev->status, ev->msg[0] ? ", " : "", ev->msg);
-		fail(l, (int)ev->rank, ev->status, what);
+		memcpy(rk->abort_msg, ev->msg, sizeof(rk->abort_msg));
+		if (l->first_abort < 0) {
+			l->first_abort = (int)ev->rank;
+			l->abort_at = now_s();
+		}
 		break;
 	}
 }
@@ -1199,23 +1205,6 @@ static int verdict(const struct rank *rk, char *what, size_t len)
 	return code ? code : 1;
 }
 
-/* Fail the job for a rank reaped but not yet judged that exited non-zero
- * or by a signal; false when there is none. */
-static bool fail_exited_rank(launch_t *l)
-{
-	char what[128];
-	for (int r = 0; r < l->nranks; r++) {
-		struct rank *rk = &l->ranks[r];
-		if (!rk->reaped || rk->judged ||
-		    (WIFEXITED(rk->status) && WEXITSTATUS(rk->status) == 0))
-			continue;
-		rk->judged = true;
-		fail(l, r, verdict(rk, what, sizeof(what)), what);
-		return true;
-	}
-	return false;
-}
-
 /* Exits reaped together have no order.  A rank killed by a signal (or a
  * shell's report of one) is taken as the cause, since its peers fail
  * because it is gone; else the lowest rank. */
@@ -1224,11 +1213,15 @@ static bool is_likelier_cause(int code, int best)
 	return best == 0 || (code > 128 && best <= 128);
 }
 
-/* Look at the ranks reaped since last time.  Runs after drain_events(), so
- * a rank's finalize, posted before it could exit, is already known. */
-static void judge(launch_t *l)
+/* Look at the ranks reaped since last time and at the aborts.  Runs after
+ * drain_events(), so a rank's finalize or abort, posted before it could
+ * exit, is already known.  A rank that failed on its own (a crash, a
+ * non-zero exit without PMIx_Abort) is the cause before any rank that
+ * aborted, which is often only reporting it: the first abort is judged
+ * once ABORT_GRACE_S has passed without such a failure, or at the end. */
+static void judge(launch_t *l, bool at_end)
 {
-	char what[128], cause_what[128];
+	char what[320], cause_what[320];
 	int cause = -1, cause_code = 0;
 	for (int r = 0; r < l->nranks; r++) {
 		struct rank *rk = &l->ranks[r];
@@ -1236,14 +1229,25 @@ static void judge(launch_t *l)
 			continue;
 		rk->judged = true;
 		int code = verdict(rk, what, sizeof(what));
-		if (code == 0 || !is_likelier_cause(code, cause_code))
+		if (code == 0 || rk->aborted ||
+		    !is_likelier_cause(code, cause_code))
 			continue;
 		cause = r;
 		cause_code = code;
 		memcpy(cause_what, what, sizeof(what));
 	}
-	if (cause >= 0 && !l->terminating) /* else we are stopping it */
+	if (l->terminating) /* we are stopping it */
+		return;
+	if (cause >= 0) {
 		fail(l, cause, cause_code, cause_what);
+	} else if (l->first_abort >= 0 &&
+		   (at_end || now_s() - l->abort_at >= ABORT_GRACE_S)) {
+		const struct rank *rk = &l->ranks[l->first_abort];
+		snprintf(what, sizeof(what), "called PMIx_Abort(%d%s%s)",
+			 rk->abort_status, rk->abort_msg[0] ? ", " : "",
+			 rk->abort_msg);
+		fail(l, l->first_abort, rk->abort_status, what);
+	}
 }
 
 /* SIGINT, SIGTERM or SIGHUP: passed on, and the job stops.  The same
@@ -1279,12 +1283,19 @@ static void handle_signals(launch_t *l)
 	}
 }
 
+static int ms_until(double t)
+{
+	double left = t - now_s();
+	return left <= 0 ? 0 : (int)(left * 1e3) + 1;
+}
+
 static int poll_timeout_ms(const launch_t *l)
 {
+	if (!l->terminating && l->first_abort >= 0)
+		return ms_until(l->abort_at + ABORT_GRACE_S);
 	if (!l->terminating || l->killed)
 		return -1;
-	double left = l->deadline - now_s();
-	return left <= 0 ? 0 : (int)(left * 1e3) + 1;
+	return ms_until(l->deadline);
 }
 
 /* Until every rank has been reaped: signals, server events, exits, the
@@ -1303,7 +1314,7 @@ static void run(launch_t *l)
 		handle_signals(l);
 		reap(l);
 		drain_events(l);
-		judge(l);
+		judge(l, false);
 		int n = alive(l);
 		if (l->terminating && !l->killed && n > 0 &&
 		    now_s() >= l->deadline) {
@@ -1313,6 +1324,7 @@ static void run(launch_t *l)
 		}
 	}
 	drain_events(l);
+	judge(l, true);
 }
 
 /* After a failure or a cancel nothing a rank started may stay: kill and

@@ -2,7 +2,8 @@
 # count-tests.sh BUILD_DIR: count test cases from the logs of the last
 # 'make check' (cmocka summaries and bats TAP lines, not test programs) and
 # print 'N passed, N failed'.  A test program that crashed or produced no
-# summary counts as one failure.
+# summary counts as one failure.  The failures themselves are shown first:
+# each bats 'not ok' with its diagnostics, or the end of a cmocka log.
 set -uo pipefail
 build=${1:?usage: count-tests.sh BUILD_DIR}
 passed=0 failed=0
@@ -21,6 +22,15 @@ while IFS= read -r -d '' trs; do
 	fi
 	if [ "$result" != PASS ] && [ "$f" -eq 0 ]; then
 		f=1 # crashed, or failed before its summary
+	fi
+	if [ "$f" -gt 0 ]; then
+		echo "---- failed: $log"
+		if grep -q '^not ok ' "$log"; then
+			awk '/^not ok /{on=1; n=0; print; next}
+			     /^(ok|not ok) /{on=0} on && /^#/ && n++ < 40' "$log"
+		else
+			tail -n 30 "$log"
+		fi
 	fi
 	passed=$((passed + p))
 	failed=$((failed + f))

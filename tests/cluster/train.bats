@@ -101,8 +101,9 @@ assert_losses_close() {
 @test "flow-train refuses a batch that does not split over the ranks" {
 	run -2 --separate-stderr flow-train --nproc 3 "${TRAIN[@]}" --data "$DATA"
 	[[ "$stderr" == *"flow-train: batch 4 does not split evenly over 3 ranks"* ]]
-	# Every rank finds it; the first to give up ends the job.
-	[[ "$stderr" == *"flow-train: rank "?" called PMIx_Abort(2, batch 4 does not split evenly over 3 ranks); stopping the other 2 ranks"* ]]
+	# Every rank finds it; the first to give up ends the job (the others
+	# may be gone by then).
+	[[ "$stderr" == *"flow-train: rank "?" called PMIx_Abort(2, batch 4 does not split evenly over 3 ranks)"* ]]
 }
 
 @test "flow-train --nproc: kill -9 of one rank ends the job naming it" {
