@@ -34,8 +34,8 @@ static const char help_text[] =
 	"                         gpt:layers=L,heads=H,dim=C,vocab=V,seq=S[,pad=P];\n"
 	"                         a preset takes overrides: gpt2-124m:seq=256\n"
 	"      --plan PLAN        a flow-plan(5) file: the model, batch, seq-len,\n"
-	"                         grad-accum and mesh come from it (data-parallel\n"
-	"                         plans: zero 0, only the dp axis above size 1)\n"
+	"                         grad-accum, mesh and ZeRO shards come from it\n"
+	"                         (data-parallel plans: only dp above size 1)\n"
 	"      --data DIR         dataset directory written by flow-shard\n"
 	"  -b, --batch B          sequences per micro-batch [4]\n"
 	"  -t, --seq-len T        tokens per sequence [the model's seq]\n"
@@ -391,34 +391,17 @@ static void write_row(const flow_train_row_t *r)
 }
 
 /* What this flow-train can execute of a plan: data parallelism on its dp
- * axis, every other axis of size 1, nothing sharded on dp.  A plan asking
- * for more is refused, naming its line, rather than run another way. */
+ * axis with ZeRO's shards on it, every other axis of size 1 (the shard
+ * layouts themselves are checked by flow_zero_new).  A plan asking for
+ * more is refused, naming its line, rather than run another way. */
 static flow_err_t plan_runnable(const flow_plan_t *p, flow_diag_t *diag)
 {
-	static const char why[] =
-		"this flow-train runs data-parallel plans only (zero 0, every mesh axis but dp of size 1)";
-	if (p->zero)
-		return flow_diag_set(diag, FLOW_ERR_NOTSUP, "%s:%zu: zero %d: %s",
-				     p->path, p->line_zero, p->zero, why);
 	for (int a = 0; a < p->mesh.ndim; a++)
 		if (p->mesh.dims[a] > 1 && strcmp(p->mesh.names[a], "dp") != 0)
 			return flow_diag_set(diag, FLOW_ERR_NOTSUP,
-					     "%s:%zu: axis '%s' has %lld ranks: %s",
+					     "%s:%zu: axis '%s' has %lld ranks: this flow-train runs data-parallel plans only (ZeRO 0-3 on dp, every other mesh axis of size 1)",
 					     p->path, p->line_mesh, p->mesh.names[a],
-					     (long long)p->mesh.dims[a], why);
-	for (size_t i = 0; i < p->ntensors; i++) {
-		const flow_plan_tensor_t *t = &p->tensors[i];
-		bool replicated = t->role == FLOW_ROLE_PARAM ||
-				  t->role == FLOW_ROLE_PARAM_GRAD ||
-				  t->role == FLOW_PLAN_ROLE_ADAMW_M ||
-				  t->role == FLOW_PLAN_ROLE_ADAMW_V;
-		flow_nd_sbp_t b;
-		flow_nd_sbp_fill(&b, p->mesh.ndim, (flow_sbp_t){ .kind = FLOW_SBP_BROADCAST });
-		if (replicated && !flow_nd_sbp_equal(&t->sbp, &b))
-			return flow_diag_set(diag, FLOW_ERR_NOTSUP,
-					     "%s:%zu: '%s' is not replicated: %s",
-					     p->path, t->line, t->name, why);
-	}
+					     (long long)p->mesh.dims[a]);
 	return FLOW_OK;
 }
 
@@ -439,6 +422,7 @@ static flow_err_t apply_plan(const flow_plan_t *p, flow_world_t *w,
 	c->batch = p->batch;
 	c->seq_len = p->seq_len;
 	c->grad_accum = p->grad_accum;
+	c->plan = p;
 	int dp = flow_mesh_axis(&p->mesh, "dp");
 	if (size == 1 || dp < 0)
 		return FLOW_OK;

@@ -14,8 +14,9 @@ struct flow_adamw {
 	size_t nparams;
 	int *params;       /* graph tensor indices */
 	float **m, **v;    /* per parameter, numel floats each */
-	float **grads;     /* per parameter: its gradient in exec */
-	size_t *counts;    /* per parameter: numel */
+	float **grads;     /* per parameter: its gradient (shard) in exec */
+	size_t *begins;    /* per parameter: first element updated */
+	size_t *counts;    /* per parameter: elements updated */
 };
 
 float flow_lr_at(const flow_lr_schedule_t *s, uint64_t step)
@@ -44,6 +45,7 @@ void flow_adamw_free(flow_adamw_t *opt)
 	free(opt->m);
 	free(opt->v);
 	free(opt->grads);
+	free(opt->begins);
 	free(opt->counts);
 	free(opt->params);
 	free(opt);
@@ -51,6 +53,14 @@ void flow_adamw_free(flow_adamw_t *opt)
 
 flow_err_t flow_adamw_new(flow_exec_t *exec, const flow_adamw_params_t *hp,
 			  flow_adamw_t **opt_out, flow_diag_t *diag)
+{
+	return flow_adamw_new_sharded(exec, hp, NULL, NULL, opt_out, diag);
+}
+
+flow_err_t flow_adamw_new_sharded(flow_exec_t *exec,
+				  const flow_adamw_params_t *hp,
+				  const size_t *begin, const size_t *count,
+				  flow_adamw_t **opt_out, flow_diag_t *diag)
 {
 	const flow_graph_t *g = flow_exec_graph(exec);
 	flow_adamw_t *opt = calloc(1, sizeof *opt);
@@ -65,23 +75,28 @@ flow_err_t flow_adamw_new(flow_exec_t *exec, const flow_adamw_params_t *hp,
 	opt->m = calloc(n, sizeof *opt->m);
 	opt->v = calloc(n, sizeof *opt->v);
 	opt->grads = calloc(n, sizeof *opt->grads);
+	opt->begins = calloc(n, sizeof *opt->begins);
 	opt->counts = calloc(n, sizeof *opt->counts);
-	if (!opt->params || !opt->m || !opt->v || !opt->grads || !opt->counts)
+	if (!opt->params || !opt->m || !opt->v || !opt->grads ||
+	    !opt->begins || !opt->counts)
 		goto out_free;
 	size_t i = 0;
 	for (size_t t = 0; t < g->ntensors; t++) {
 		const flow_graph_tensor_t *p = &g->tensors[t];
 		if (p->role != FLOW_ROLE_PARAM)
 			continue;
-		size_t numel = flow_graph_tensor_numel(g, (int)t);
+		size_t numel = count ? count[i]
+				     : flow_graph_tensor_numel(g, (int)t);
 		opt->params[i] = (int)t;
+		opt->begins[i] = begin ? begin[i] : 0;
 		opt->counts[i] = numel;
 		opt->grads[i] = p->grad >= 0 ? flow_exec_tensor(exec, p->grad)
 					     : NULL;
-		opt->m[i] = flow_calloc(numel, sizeof(float));
-		opt->v[i] = flow_calloc(numel, sizeof(float));
+		opt->m[i] = flow_calloc(numel ? numel : 1, sizeof(float));
+		opt->v[i] = flow_calloc(numel ? numel : 1, sizeof(float));
 		if (!opt->m[i] || !opt->v[i] || !opt->grads[i])
 			goto out_free;
+		opt->grads[i] += opt->begins[i];
 		i++;
 	}
 	*opt_out = opt;
@@ -102,7 +117,8 @@ void flow_adamw_step(flow_adamw_t *opt, uint64_t t, float lr)
 	hp.lr = lr;
 	for (size_t i = 0; i < opt->nparams; i++) {
 		int p = opt->params[i];
-		flow_cpu_adamw_update(flow_exec_tensor(opt->exec, p),
+		float *param = flow_exec_tensor(opt->exec, p);
+		flow_cpu_adamw_update(param + opt->begins[i],
 				      opt->grads[i], opt->m[i], opt->v[i],
 				      opt->counts[i], &hp, t,
 				      g->tensors[p].decay);
@@ -133,6 +149,12 @@ float flow_adamw_clip_grad_norm(flow_adamw_t *opt, float max_norm)
 {
 	return flow_cpu_clip_grad_norm(opt->grads, opt->counts, opt->nparams,
 				       max_norm);
+}
+
+void flow_adamw_clip_to_norm(flow_adamw_t *opt, float norm, float max_norm)
+{
+	flow_cpu_clip_to_norm(opt->grads, opt->counts, opt->nparams, norm,
+			      max_norm);
 }
 
 size_t flow_adamw_params(const flow_adamw_t *opt, const int **params_out)

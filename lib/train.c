@@ -25,6 +25,7 @@
 #include <flow/parse.h>
 #include <flow/shard.h>
 #include <flow/train.h>
+#include <flow/zero.h>
 
 #define ADAMW_M_PREFIX "adamw.m/"
 #define ADAMW_V_PREFIX "adamw.v/"
@@ -34,6 +35,7 @@ struct flow_trainer {
 	flow_graph_t graph;
 	flow_exec_t *exec;
 	flow_adamw_t *opt;
+	flow_zero_t *zero;              /* ZeRO shards on dp (or none) */
 	flow_loader_t *train;
 	flow_loader_t *val;             /* NULL without evaluation */
 	uint64_t data_checksum;         /* the dataset manifest's */
@@ -162,6 +164,28 @@ static flow_err_t trainer_open_data(flow_trainer_t *t, flow_diag_t *diag)
 	return flow_loader_open(&o, &t->val, diag);
 }
 
+/* AdamW over this rank's shard of each parameter. */
+static flow_err_t trainer_new_optimizer(flow_trainer_t *t, flow_diag_t *diag)
+{
+	const flow_zero_t *z = t->zero;
+	size_t n = z->nparams ? z->nparams : 1;
+	size_t *begin = calloc(n, sizeof *begin), *count = calloc(n, sizeof *count);
+	flow_err_t err;
+	if (!begin || !count) {
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	} else {
+		for (size_t i = 0; i < z->nparams; i++) {
+			begin[i] = z->params[i].begin;
+			count[i] = z->params[i].count;
+		}
+		err = flow_adamw_new_sharded(t->exec, &t->cfg.adamw, begin,
+					     count, &t->opt, diag);
+	}
+	free(begin);
+	free(count);
+	return err;
+}
+
 static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 {
 	const flow_train_config_t *c = &t->cfg;
@@ -173,7 +197,10 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 	if (err == FLOW_OK)
 		err = flow_exec_new(&t->graph, c->kernels, &t->exec, diag);
 	if (err == FLOW_OK)
-		err = flow_adamw_new(t->exec, &c->adamw, &t->opt, diag);
+		err = flow_zero_new(c->plan, &t->graph, t->dp_rank, t->dp_size,
+				    &t->zero, diag);
+	if (err == FLOW_OK)
+		err = trainer_new_optimizer(t, diag);
 	if (err != FLOW_OK)
 		return err;
 	t->tokens = flow_graph_find(&t->graph, "tokens");
@@ -192,54 +219,78 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 
 /* ---- checkpoints ------------------------------------------------------------- */
 
-static void param_desc(const flow_graph_t *g, int p, const char *prefix,
-		       flow_ckpt_tensor_desc_t *d)
+/* The checkpoint description of parameter p (prefix "": itself; else its
+ * moments), on the mesh of the dp ranks when split. */
+static void param_desc(const flow_trainer_t *t, int p, const char *prefix,
+		       bool split, flow_ckpt_tensor_desc_t *d)
 {
+	const flow_graph_t *g = &t->graph;
 	memset(d, 0, sizeof *d);
 	snprintf(d->name, sizeof d->name, "%s%s", prefix, g->tensors[p].name);
 	d->dtype = FLOW_DTYPE_F32;
 	d->shape = g->tensors[p].shape;
-	snprintf(d->mesh, sizeof d->mesh, "1");
-	snprintf(d->sbp, sizeof d->sbp, "(B)");
+	snprintf(d->mesh, sizeof d->mesh, "%d", split ? t->dp_size : 1);
+	snprintf(d->sbp, sizeof d->sbp, split ? "(S(0))" : "(B)");
+}
+
+/* Add what this rank holds of one tensor: its shard when split, else the
+ * whole tensor from rank 0 only (the replicas are identical). */
+static flow_err_t add_owned(flow_trainer_t *t, flow_ckpt_writer_t *w,
+			    const flow_zero_param_t *zp, const char *prefix,
+			    bool split, const float *data, flow_diag_t *diag)
+{
+	flow_ckpt_tensor_desc_t d;
+	param_desc(t, zp->tensor, prefix, split, &d);
+	if (split)
+		return flow_ckpt_writer_add(w, &d, &zp->box, data, diag);
+	if (t->dp_rank != 0)
+		return FLOW_OK;
+	return flow_ckpt_writer_add(w, &d, NULL, data, diag);
 }
 
 /* Write tensors (the parameters, or their gradients, and with state the
- * moments) to step_dir and commit it with the run state. */
+ * moments) to step_dir and commit it with the run state.  With ZeRO
+ * shards every dp rank writes its part, and rank 0 commits once all have
+ * (a barrier); else rank 0 alone writes. */
 static flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
 				     bool grads, flow_diag_t *diag)
 {
-	const flow_graph_t *g = &t->graph;
-	const int *params;
-	size_t n = flow_adamw_params(t->opt, &params);
+	const flow_zero_t *z = t->zero;
+	bool sharded = z->any_split;
 	flow_ckpt_writer_t *w;
-	flow_err_t err = flow_ckpt_writer_new(step_dir, 0, &w, diag);
+	flow_err_t err = flow_ckpt_writer_new(
+		step_dir, sharded ? (uint32_t)t->dp_rank : 0, &w, diag);
 	if (err != FLOW_OK)
 		return err;
-	flow_ckpt_tensor_desc_t d;
-	for (size_t i = 0; i < n && err == FLOW_OK; i++) {
-		int p = params[i];
-		param_desc(g, p, "", &d);
-		int src = grads ? g->tensors[p].grad : p;
-		err = flow_ckpt_writer_add(w, &d, NULL,
-					   flow_exec_tensor(t->exec, src),
-					   diag);
-		if (err != FLOW_OK || grads)
+	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
+		const flow_zero_param_t *zp = &z->params[i];
+		const flow_graph_tensor_t *pt = &t->graph.tensors[zp->tensor];
+		const float *param = flow_exec_tensor(t->exec, zp->tensor);
+		if (grads) {
+			err = add_owned(t, w, zp, "", false,
+					flow_exec_tensor(t->exec, pt->grad),
+					diag);
 			continue;
-		param_desc(g, p, ADAMW_M_PREFIX, &d);
-		err = flow_ckpt_writer_add(w, &d, NULL,
-					   flow_adamw_m(t->opt, p), diag);
-		if (err != FLOW_OK)
-			continue;
-		param_desc(g, p, ADAMW_V_PREFIX, &d);
-		err = flow_ckpt_writer_add(w, &d, NULL,
-					   flow_adamw_v(t->opt, p), diag);
+		}
+		err = add_owned(t, w, zp, "", zp->param_split,
+				param + (zp->param_split ? zp->begin : 0), diag);
+		if (err == FLOW_OK)
+			err = add_owned(t, w, zp, ADAMW_M_PREFIX,
+					zp->state_split,
+					flow_adamw_m(t->opt, zp->tensor), diag);
+		if (err == FLOW_OK)
+			err = add_owned(t, w, zp, ADAMW_V_PREFIX,
+					zp->state_split,
+					flow_adamw_v(t->opt, zp->tensor), diag);
 	}
 	if (err != FLOW_OK) {
 		flow_ckpt_writer_abort(w);
 		return err;
 	}
 	err = flow_ckpt_writer_finish(w, diag);
-	if (err != FLOW_OK)
+	if (err == FLOW_OK && sharded)
+		err = flow_barrier(t->cfg.comm, diag);
+	if (err != FLOW_OK || t->dp_rank != 0)
 		return err;
 
 	run_state_t s;
@@ -252,12 +303,14 @@ static flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
 	s.kv[s.n++] = (flow_ckpt_kv_t){ "loader.index", index };
 	s.kv[s.n++] = (flow_ckpt_kv_t){ "contents",
 					grads ? "gradients" : "training" };
-	return flow_ckpt_commit(step_dir, t->step, 1, s.kv, s.n, diag);
+	return flow_ckpt_commit(step_dir, t->step,
+				sharded ? (uint32_t)t->dp_size : 1, s.kv, s.n,
+				diag);
 }
 
 static flow_err_t trainer_checkpoint(flow_trainer_t *t, flow_diag_t *diag)
 {
-	if (t->dp_rank != 0)
+	if (t->dp_rank != 0 && !t->zero->any_split)
 		return FLOW_OK; /* rank 0 holds the same bits */
 	char *dir = flow_ckpt_step_path(t->cfg.ckpt_dir, t->step);
 	if (!dir)
@@ -269,9 +322,11 @@ static flow_err_t trainer_checkpoint(flow_trainer_t *t, flow_diag_t *diag)
 	return err;
 }
 
+/* Read the box (NULL: all) of the tensor name of this shape into dst. */
 static flow_err_t read_param(const flow_ckpt_t *ck, const char *path,
 			     const char *name, const flow_shape_t *shape,
-			     float *dst, flow_diag_t *diag)
+			     const flow_box_t *box, float *dst,
+			     flow_diag_t *diag)
 {
 	int i = flow_ckpt_tensor_find(ck, name);
 	if (i < 0)
@@ -288,7 +343,7 @@ static flow_err_t read_param(const flow_ckpt_t *ck, const char *path,
 				     path, name, flow_dtype_name(d->dtype), got,
 				     want);
 	}
-	return flow_ckpt_read(ck, (size_t)i, NULL, dst, diag);
+	return flow_ckpt_read(ck, (size_t)i, box, dst, diag);
 }
 
 static flow_err_t state_u64(const flow_ckpt_t *ck, const char *path,
@@ -355,23 +410,31 @@ static flow_err_t trainer_resume(flow_trainer_t *t, flow_diag_t *diag)
 	    (err = state_u64(ck, path, "loader.index", &ls.index, diag)))
 		goto out_close;
 
-	const flow_graph_t *g = &t->graph;
-	const int *params;
-	size_t n = flow_adamw_params(t->opt, &params);
+	/* This rank's shards (or the whole tensors): any layout the
+	 * checkpoint was written in will do. */
+	const flow_zero_t *z = t->zero;
 	char name[FLOW_CKPT_NAME_MAX];
-	for (size_t i = 0; i < n && err == FLOW_OK; i++) {
-		int p = params[i];
-		const flow_graph_tensor_t *pt = &g->tensors[p];
-		err = read_param(ck, path, pt->name, &pt->shape,
-				 flow_exec_tensor(t->exec, p), diag);
+	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
+		const flow_zero_param_t *zp = &z->params[i];
+		const flow_graph_tensor_t *pt = &t->graph.tensors[zp->tensor];
+		const flow_box_t *state = zp->state_split ? &zp->box : NULL;
+		float *param = flow_exec_tensor(t->exec, zp->tensor);
+		if (zp->param_split)
+			err = read_param(ck, path, pt->name, &pt->shape,
+					 &zp->box, param + zp->begin, diag);
+		else
+			err = read_param(ck, path, pt->name, &pt->shape, NULL,
+					 param, diag);
 		snprintf(name, sizeof name, ADAMW_M_PREFIX "%s", pt->name);
 		if (err == FLOW_OK)
-			err = read_param(ck, path, name, &pt->shape,
-					 flow_adamw_m(t->opt, p), diag);
+			err = read_param(ck, path, name, &pt->shape, state,
+					 flow_adamw_m(t->opt, zp->tensor), diag);
 		snprintf(name, sizeof name, ADAMW_V_PREFIX "%s", pt->name);
 		if (err == FLOW_OK)
-			err = read_param(ck, path, name, &pt->shape,
-					 flow_adamw_v(t->opt, p), diag);
+			err = read_param(ck, path, name, &pt->shape, state,
+					 flow_adamw_v(t->opt, zp->tensor), diag);
+		if (zp->param_split) /* only the shard was read */
+			t->zero->params_stale = true;
 	}
 	if (err == FLOW_OK)
 		err = flow_loader_seek(t->train, &ls, diag);
@@ -455,6 +518,7 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_loader_free(t->val);
 	flow_loader_free(t->train);
 	flow_adamw_free(t->opt);
+	flow_zero_free(t->zero);
 	flow_exec_free(t->exec);
 	flow_graph_release(&t->graph);
 	free(t->resumed_path);
@@ -515,11 +579,25 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 		c->lr.lr, c->lr.min_lr, c->lr.warmup, (double)c->adamw.beta1,
 		(double)c->adamw.beta2, (double)c->adamw.eps,
 		(double)c->adamw.weight_decay, (double)c->clip, c->seed);
-	size_t pbytes = st.param_elems * sizeof(float);
+	size_t pbytes = st.param_elems * sizeof(float), shard_elems = 0;
+	int splits[3] = { 0, 0, 0 }; /* moments, gradients, parameters */
+	for (size_t i = 0; i < t->zero->nparams; i++) {
+		const flow_zero_param_t *zp = &t->zero->params[i];
+		shard_elems += zp->count;
+		splits[0] += zp->state_split;
+		splits[1] += zp->grad_split;
+		splits[2] += zp->param_split;
+	}
+	if (t->zero->any_split)
+		fprintf(out, "# zero over %d ranks: %d of %zu parameters' "
+			     "moments, %d gradients, %d parameters sharded\n",
+			t->dp_size, splits[0], t->zero->nparams, splits[1],
+			splits[2]);
 	fprintf(out, "# memory params %.1f MiB, grads %.1f MiB, adamw %.1f "
 		     "MiB, activations %.1f MiB peak (%.1f MiB unshared), "
 		     "scratch %.1f MiB\n",
-		mib(pbytes), mib(pbytes), mib(2 * pbytes), mib(mp->arena_bytes),
+		mib(pbytes), mib(pbytes), mib(2 * shard_elems * sizeof(float)),
+		mib(mp->arena_bytes),
 		mib(mp->unshared_bytes), mib(mp->scratch_bytes));
 	fprintf(out, "# kernels %s; model %.3g GFLOP per step",
 		c->kernels == FLOW_KERNELS_REF ? "ref" : "cpu",
@@ -541,10 +619,10 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 
 /* ---- steps -------------------------------------------------------------------------- */
 
-/* The mean of a value over the data-parallel ranks, the same bits on
+/* The sum of a value over the data-parallel ranks, the same bits on
  * every rank: gathered, then added in rank order. */
-static flow_err_t mean_over_ranks(flow_trainer_t *t, double *value,
-				  flow_diag_t *diag)
+static flow_err_t sum_over_ranks(flow_trainer_t *t, double *value,
+				 flow_diag_t *diag)
 {
 	if (t->dp_size == 1)
 		return FLOW_OK;
@@ -564,7 +642,7 @@ static flow_err_t mean_over_ranks(flow_trainer_t *t, double *value,
 		double sum = 0.0;
 		for (size_t r = 0; r < n; r++)
 			sum += all[r];
-		*value = sum / (double)n;
+		*value = sum;
 	}
 out:
 	free(all);
@@ -572,25 +650,39 @@ out:
 	return err;
 }
 
-/* Sum every parameter's gradient over the ranks (each rank's is already
- * scaled for the global mean). */
-static flow_err_t sum_grads_over_ranks(flow_trainer_t *t, flow_diag_t *diag)
+static flow_err_t mean_over_ranks(flow_trainer_t *t, double *value,
+				  flow_diag_t *diag)
 {
-	if (t->dp_size == 1)
+	flow_err_t err = sum_over_ranks(t, value, diag);
+	*value /= (double)t->dp_size;
+	return err;
+}
+
+/* The global gradient norm, clipping applied: over the shards, summed over
+ * the ranks once, when the optimizer is sharded; else on this rank. */
+static flow_err_t clip_grad_norm(flow_trainer_t *t, float *norm_out,
+				 flow_diag_t *diag)
+{
+	if (!t->zero->any_split) {
+		*norm_out = flow_adamw_clip_grad_norm(t->opt, t->cfg.clip);
 		return FLOW_OK;
-	const flow_graph_t *g = &t->graph;
-	const int *params;
-	size_t n = flow_adamw_params(t->opt, &params);
-	flow_err_t err = FLOW_OK;
-	for (size_t i = 0; i < n && err == FLOW_OK; i++) {
-		const flow_graph_tensor_t *pt = &g->tensors[params[i]];
-		size_t numel = 0;
-		err = flow_shape_numel(&pt->shape, &numel, diag);
-		float *grad = flow_exec_tensor(t->exec, pt->grad);
-		if (err == FLOW_OK)
-			err = flow_all_reduce(t->cfg.comm, grad, grad, numel,
-					      FLOW_DTYPE_F32, diag);
 	}
+	double ss = flow_zero_grad_sum_squares(t->zero, t->exec);
+	flow_err_t err = sum_over_ranks(t, &ss, diag);
+	*norm_out = (float)sqrt(ss);
+	flow_adamw_clip_to_norm(t->opt, *norm_out, t->cfg.clip);
+	return err;
+}
+
+/* Split parameters are gathered before a forward pass needs them. */
+static flow_err_t gather_params(flow_trainer_t *t, flow_diag_t *diag)
+{
+	if (!t->zero->params_stale)
+		return FLOW_OK;
+	double t0 = now_seconds();
+	flow_err_t err = flow_zero_before_forward(t->zero, t->cfg.comm,
+						  t->exec, diag);
+	flow_exec_profile_add(t->exec, "param-gather", now_seconds() - t0, 0);
 	return err;
 }
 
@@ -600,7 +692,9 @@ static int trainer_eval(flow_trainer_t *t, flow_train_row_t *row,
 	const flow_train_config_t *c = &t->cfg;
 	double t0 = now_seconds();
 	flow_loader_state_t start = { 0, 0 };
-	flow_err_t err = flow_loader_seek(t->val, &start, diag);
+	flow_err_t err = gather_params(t, diag);
+	if (err == FLOW_OK)
+		err = flow_loader_seek(t->val, &start, diag);
 	if (err != FLOW_OK)
 		return err;
 	double sum = 0.0;
@@ -651,6 +745,8 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 	double loss = 0.0;
 	flow_err_t err;
 
+	if ((err = gather_params(t, diag)) != FLOW_OK)
+		return err;
 	flow_exec_zero_param_grads(t->exec);
 	for (uint32_t k = 0; k < c->grad_accum; k++) {
 		double td = now_seconds();
@@ -668,7 +764,7 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 	}
 	loss /= c->grad_accum;
 	double ts = now_seconds();
-	if ((err = sum_grads_over_ranks(t, diag)) != FLOW_OK ||
+	if ((err = flow_zero_sync_grads(t->zero, c->comm, t->exec, diag)) ||
 	    (err = mean_over_ranks(t, &loss, diag)) != FLOW_OK)
 		return err;
 	if (t->dp_size > 1)
@@ -679,10 +775,18 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 			return err;
 	}
 	double to = now_seconds();
-	float norm = flow_adamw_clip_grad_norm(t->opt, c->clip);
+	float norm;
+	if ((err = clip_grad_norm(t, &norm, diag)) != FLOW_OK)
+		return err;
 	float lr = flow_lr_at(&c->lr, step);
 	flow_adamw_step(t->opt, step, lr);
 	flow_exec_profile_add(t->exec, "optimizer", now_seconds() - to, 0);
+	double tg = now_seconds();
+	if ((err = flow_zero_after_update(t->zero, c->comm, t->exec, diag)))
+		return err;
+	if (t->zero->any_split)
+		flow_exec_profile_add(t->exec, "param-gather",
+				      now_seconds() - tg, 0);
 	double secs = now_seconds() - t0;
 	t->step = step;
 	t->steps_timed++;

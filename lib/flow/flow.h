@@ -27,6 +27,7 @@
 #include <flow/optim.h>
 #include <flow/ckpt.h>
 #include <flow/train.h>
+#include <flow/zero.h>
 #include <flow/sbp.h>
 #include <flow/boxing.h>
 #include <flow/signature.h>

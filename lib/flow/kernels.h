@@ -148,6 +148,11 @@ FLOW_EXPORT void flow_cpu_scale(float *x, size_t n, float s);
 FLOW_EXPORT float flow_cpu_clip_grad_norm(float *const *grads,
 					  const size_t *counts,
 					  size_t ntensors, float max_norm);
+/* Its second half, for a norm summed over ranks: clipping to max_norm
+ * given the global norm. */
+FLOW_EXPORT void flow_cpu_clip_to_norm(float *const *grads,
+				       const size_t *counts, size_t ntensors,
+				       float norm, float max_norm);
 
 #ifdef __cplusplus
 }

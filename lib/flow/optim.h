@@ -40,14 +40,25 @@ FLOW_EXPORT flow_err_t flow_adamw_new(flow_exec_t *exec,
 				      const flow_adamw_params_t *hp,
 				      flow_adamw_t **opt_out,
 				      flow_diag_t *diag) FLOW_MUST_CHECK;
+/* The same, each parameter updated only on its elements [begin[i],
+ * begin[i] + count[i]) (i in graph order of the parameters): a ZeRO shard
+ * (flow/zero.h), whose moments alone are held (count[i] floats each).
+ * begin and count NULL: every parameter whole. */
+FLOW_EXPORT flow_err_t flow_adamw_new_sharded(flow_exec_t *exec,
+					      const flow_adamw_params_t *hp,
+					      const size_t *begin,
+					      const size_t *count,
+					      flow_adamw_t **opt_out,
+					      flow_diag_t *diag)
+	FLOW_MUST_CHECK;
 FLOW_EXPORT void flow_adamw_free(flow_adamw_t *opt);
 
 /* One update at step t (1-based) with learning rate lr, from the
  * parameter gradients in exec. */
 FLOW_EXPORT void flow_adamw_step(flow_adamw_t *opt, uint64_t t, float lr);
 
-/* The moments of graph tensor param (a PARAM): m and v, numel floats each;
- * NULL when param is not a parameter. */
+/* The moments of graph tensor param (a PARAM): m and v, numel floats each
+ * (the shard's count when sharded); NULL when param is not a parameter. */
 FLOW_EXPORT float *flow_adamw_m(flow_adamw_t *opt, int param);
 FLOW_EXPORT float *flow_adamw_v(flow_adamw_t *opt, int param);
 
@@ -56,6 +67,10 @@ FLOW_EXPORT float *flow_adamw_v(flow_adamw_t *opt, int param);
  * measure only).  Returns the norm before clipping. */
 FLOW_EXPORT float flow_adamw_clip_grad_norm(flow_adamw_t *opt,
 					    float max_norm);
+/* Clipping given the global norm (summed over ranks, flow/zero.h): the
+ * gradients (shards) are scaled as flow_adamw_clip_grad_norm would. */
+FLOW_EXPORT void flow_adamw_clip_to_norm(flow_adamw_t *opt, float norm,
+					 float max_norm);
 
 /* The graph's parameters in order (tensor indices) and their count; the
  * array is borrowed for opt's life. */

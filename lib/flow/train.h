@@ -18,6 +18,7 @@
 #include <flow/kernels.h>
 #include <flow/model.h>
 #include <flow/optim.h>
+#include <flow/plan.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +54,11 @@ typedef struct flow_train_config {
 	 * takes the same step.  Only communicator rank 0 writes checkpoints
 	 * (the replicas are identical). */
 	flow_comm_t *comm;
+	/* The plan the run follows (NULL: everything replicated on comm).
+	 * Its parameter, gradient and AdamW layouts on dp give each rank
+	 * its ZeRO shards (flow/zero.h); with shards every rank writes its
+	 * own part of each checkpoint and rank 0 commits it. */
+	const flow_plan_t *plan;
 } flow_train_config_t;
 
 /* Defaults: B 4, T = model seq (set by flow_trainer_new when 0), K 1,

@@ -19,6 +19,7 @@ export PATH
 
 CLUSTER_SRC=$top_srcdir/tests/cluster
 COMM_CHECK=$top_builddir/tests/cluster/comm_check
+CKPT_CLOSE=$top_builddir/tests/cluster/ckpt_close
 # libpmix, libevent and hwloc keep a few allocations to exit; every rank
 # would fail LeakSanitizer without these (pmix-slurm.md gotcha 12).
 # print_suppressions=0: the statistics of what was suppressed would fill

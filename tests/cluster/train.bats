@@ -179,3 +179,135 @@ dp_plan() {
 	run -2 --separate-stderr flow-train --plan dp.plan --batch 8 --data "$DATA"
 	[ "${stderr_lines[0]}" = "flow-train: --batch comes from the plan: give --plan or it, not both" ]
 }
+
+# ---- ZeRO: optimizer state, gradients and parameters sharded on dp ------------------
+
+# The attention key bias (elements C..2C of c_attn.bias, C = 32) has a zero
+# gradient in exact arithmetic: a bias on every key adds the same amount to
+# each logit of a row, which softmax ignores.  Its values are rounding
+# noise that Adam turns into full-size steps, so they are left out of the
+# parameter comparison, and so are their moments.
+KEY_BIAS=()
+for i in 0 1; do
+	for p in "" adamw.m/ adamw.v/; do
+		KEY_BIAS+=("${p}h.$i.attn.c_attn.bias:32:64")
+	done
+done
+
+# 20 steps from the ZeRO-$1 plan on $2 ranks with global batch $3 (default
+# 4), a checkpoint every 10 steps in ck$1: the rows in zero$1.tsv.
+zero_run() {
+	flow-plan --model "$MODEL" --mesh "$2" --axes dp --batch "${3:-4}" --seq-len 32 \
+		--grad-accum 2 --zero "$1" >zero$1.plan
+	run -0 --separate-stderr flow-train --nproc "$2" --plan zero$1.plan \
+		--steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20 \
+		--data "$DATA" --ckpt-dir ck$1 --ckpt-every 10
+	printf '%s\n' "$output" >zero$1.tsv
+}
+
+# The one-rank run with a checkpoint of its step 20, made once.
+one_rank_ckpt() {
+	if [ ! -f "$BATS_FILE_TMPDIR/ck1/step-00000020/manifest" ]; then
+		flow-train "${TRAIN[@]}" --data "$DATA" --ckpt-dir "$BATS_FILE_TMPDIR/ck1" >/dev/null
+	fi
+	ONE_CKPT=$BATS_FILE_TMPDIR/ck1/step-00000020
+}
+
+# ZeRO stage $1 on 4 ranks: the one-rank losses, and its parameters and
+# moments after 20 steps, within 1e-5.
+assert_zero_parity() {
+	one_rank_ckpt
+	zero_run "$1" 4
+	grep -q "^# zero over 4 ranks: 28 of 28 parameters' moments" zero$1.tsv
+	assert_losses_close zero$1.tsv 1e-5
+	"$CKPT_CLOSE" "$ONE_CKPT" ck$1/step-00000020 1e-5 "${KEY_BIAS[@]}"
+	# Each rank wrote its own shards.
+	[ "$(ls ck$1/step-00000020/*.bin | wc -l)" -eq 4 ]
+}
+
+@test "ZeRO 1 on 4 ranks: the one-rank losses and parameters" {
+	assert_zero_parity 1
+	grep -q "28 of 28 parameters' moments, 0 gradients, 0 parameters sharded" zero1.tsv
+	grep -q '^tensor adamw.m/wte f32 (256,32) 4 (S(0))$' ck1/step-00000020/manifest
+	grep -q '^tensor wte f32 (256,32) 1 (B)$' ck1/step-00000020/manifest
+}
+
+@test "ZeRO 2 on 4 ranks: the one-rank losses and parameters" {
+	assert_zero_parity 2
+	grep -q "28 of 28 parameters' moments, 28 gradients, 0 parameters sharded" zero2.tsv
+}
+
+@test "ZeRO 3 on 4 ranks: the one-rank losses and parameters" {
+	assert_zero_parity 3
+	grep -q "28 of 28 parameters' moments, 28 gradients, 28 parameters sharded" zero3.tsv
+	grep -q '^tensor wte f32 (256,32) 4 (S(0))$' ck3/step-00000020/manifest
+	grep -q '^shard wte 3 192:256,0:32 rank-00003.bin ' ck3/step-00000020/manifest
+}
+
+@test "ZeRO 3 on 3 ranks: uneven shards follow the one-rank run of the same batch" {
+	# Batch 6 over 3 ranks; 256, 128, 96 and 32 rows do not split in 3.
+	flow-train "${TRAIN[@]}" --batch 6 --data "$DATA" --ckpt-dir ck6 >one6.tsv
+	zero_run 3 3 6
+	grep -q '^shard wte 0 0:86,0:32 rank-00000.bin ' ck3/step-00000020/manifest
+	grep -q '^shard wte 2 171:256,0:32 rank-00002.bin ' ck3/step-00000020/manifest
+	numbers zero3.tsv >got.rows
+	numbers one6.tsv >want.rows
+	rows_close got.rows want.rows 1e-5
+	"$CKPT_CLOSE" ck6/step-00000020 ck3/step-00000020 1e-5 "${KEY_BIAS[@]}"
+}
+
+@test "ZeRO 2 resumes bit for bit on its plan, and on one rank without it" {
+	zero_run 2 4
+	run -0 --separate-stderr flow-train --nproc 4 --plan zero2.plan \
+		--steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20 \
+		--data "$DATA" --resume ck2/step-00000010
+	printf '%s\n' "$output" >resumed.tsv
+	diff <(numbers zero2.tsv | tail -n 10) <(numbers resumed.tsv)
+	# The shards assemble into whole tensors for a run laid out otherwise.
+	flow-train "${TRAIN[@]}" --data "$DATA" --resume ck2/step-00000010 >one-rank.tsv
+	numbers one-rank.tsv >got.rows
+	numbers "$ONE" | tail -n 10 >want.rows
+	rows_close got.rows want.rows 1e-5
+}
+
+@test "ZeRO 3: kill -9 of a rank, then --resume latest reproduces the run bit for bit" {
+	zero_run 3 4
+	mv zero3.tsv full.tsv
+	rm -rf ck3
+	flow-train --nproc 4 --plan zero3.plan --steps 20 --warmup 5 --lr 3e-3 --clip 0.5 \
+		--peak-gflops 0 --comm-timeout 20 --data "$DATA" --ckpt-dir ck3 --ckpt-every 2 \
+		>killed.tsv 2>killed.err &
+	local launcher=$! victim= i
+	# An arbitrary moment after the first checkpoint: mid-step, mid-write
+	# or mid-commit.
+	for i in $(seq 1 300); do
+		[ -f ck3/step-00000002/manifest ] && break
+		sleep 0.02
+	done
+	sleep "0.0$((RANDOM % 10))"
+	victim=$(pgrep -P "$launcher" -f 'flow-train' | shuf -n 1 || true)
+	[ -n "$victim" ] || skip "the run ended before a rank could be killed"
+	kill -9 "$victim"
+	local status=0
+	wait "$launcher" || status=$?
+	[ "$status" -ne 0 ]
+	run -0 --separate-stderr flow-train --nproc 4 --plan zero3.plan --steps 20 --warmup 5 \
+		--lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20 --data "$DATA" \
+		--ckpt-dir ck3 --ckpt-every 2 --resume latest
+	printf '%s\n' "$output" >resumed.tsv
+	local from
+	from=$(sed -n 's/^# resumed from .* (step \([0-9]*\))$/\1/p' resumed.tsv)
+	[ -n "$from" ] && [ "$from" -ge 2 ]
+	diff <(numbers full.tsv | tail -n $((20 - from))) <(numbers resumed.tsv)
+}
+
+@test "a ZeRO checkpoint missing a rank's shards is refused in one line" {
+	zero_run 1 4
+	rm ck1/step-00000010/rank-00002.bin
+	run -1 --separate-stderr flow-train --nproc 4 --plan zero1.plan --steps 20 --warmup 5 \
+		--lr 3e-3 --clip 0.5 --peak-gflops 0 --data "$DATA" --resume ck1/step-00000010
+	[[ "${stderr_lines[0]}" =~ ^flow-train:\ ck1/step-00000010/manifest:[0-9]+:\ shard\ file\ \'ck1/step-00000010/rank-00002.bin\'\ is\ missing$ ]]
+	# The checkpoint that is whole still resumes.
+	flow-train --nproc 4 --plan zero1.plan --steps 20 --warmup 5 --lr 3e-3 --clip 0.5 \
+		--peak-gflops 0 --data "$DATA" --resume ck1/step-00000020 >/dev/null
+}

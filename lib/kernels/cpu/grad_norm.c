@@ -53,6 +53,20 @@ void flow_cpu_scale(float *x, size_t n, float s)
 		y[i] *= s;
 }
 
+void flow_cpu_clip_to_norm(float *const *grads, const size_t *counts,
+			   size_t ntensors, float norm, float max_norm)
+{
+	if (max_norm <= 0.0f)
+		return;
+	/* PyTorch: clip_coef = max_norm / (total_norm + 1e-6), in float, and
+	 * the gradients change only when clip_coef < 1 (it multiplies by the
+	 * coefficient clamped to 1, which is the identity otherwise). */
+	float coef = max_norm / (norm + 1e-6f);
+	if (coef < 1.0f)
+		for (size_t i = 0; i < ntensors; i++)
+			flow_cpu_scale(grads[i], counts[i], coef);
+}
+
 float flow_cpu_clip_grad_norm(float *const *grads, const size_t *counts,
 			      size_t ntensors, float max_norm)
 {
@@ -61,14 +75,6 @@ float flow_cpu_clip_grad_norm(float *const *grads, const size_t *counts,
 	for (size_t i = 0; i < ntensors; i++)
 		ss += flow_cpu_sum_squares(grads[i], counts[i]);
 	float norm = (float)sqrt(ss);
-	if (max_norm <= 0.0f)
-		return norm;
-	/* PyTorch: clip_coef = max_norm / (total_norm + 1e-6), in float, and
-	 * the gradients change only when clip_coef < 1 (it multiplies by the
-	 * coefficient clamped to 1, which is the identity otherwise). */
-	float coef = max_norm / (norm + 1e-6f);
-	if (coef < 1.0f)
-		for (size_t i = 0; i < ntensors; i++)
-			flow_cpu_scale(grads[i], counts[i], coef);
+	flow_cpu_clip_to_norm(grads, counts, ntensors, norm, max_norm);
 	return norm;
 }

@@ -1,0 +1,247 @@
+/* ZeRO on the data-parallel axis (flow/zero.h): shards from a plan, and
+ * the gradient sync and parameter gathers between their layouts. */
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <flow/ckpt.h>
+#include <flow/kernels.h>
+#include <flow/mem.h>
+#include <flow/zero.h>
+
+static const flow_plan_tensor_t *plan_tensor(const flow_plan_t *p,
+					     const char *name)
+{
+	for (size_t i = 0; i < p->ntensors; i++)
+		if (strcmp(p->tensors[i].name, name) == 0)
+			return &p->tensors[i];
+	return NULL;
+}
+
+/* Is the nd-SBP of plan tensor t split on the dp axis (true) or
+ * replicated (false)?  Anything else is not a ZeRO layout. */
+static flow_err_t dp_split(const flow_plan_t *p, const flow_plan_tensor_t *t,
+			   int dp, bool *split, flow_diag_t *diag)
+{
+	*split = false;
+	for (int a = 0; a < p->mesh.ndim; a++) {
+		flow_sbp_t s = t->sbp.sbp[a];
+		if (s.kind == FLOW_SBP_BROADCAST || p->mesh.dims[a] == 1)
+			continue;
+		if (a != dp || s.kind != FLOW_SBP_SPLIT || s.axis != 0) {
+			char text[FLOW_SBP_TEXT_MAX];
+			flow_nd_sbp_format(&t->sbp, text, sizeof text);
+			return flow_diag_set(diag, FLOW_ERR_NOTSUP,
+					     "%s:%zu: '%s' is %s: this flow-train shards only dimension 0 on dp (ZeRO) and replicates the rest",
+					     p->path, t->line, t->name, text);
+		}
+		*split = true;
+	}
+	return FLOW_OK;
+}
+
+static flow_err_t layout_from_plan(const flow_plan_t *p, const flow_graph_t *g,
+				   flow_zero_param_t *zp, flow_diag_t *diag)
+{
+	const char *name = g->tensors[zp->tensor].name;
+	char key[FLOW_PLAN_NAME_MAX];
+	const flow_plan_tensor_t *param = plan_tensor(p, name), *grad, *m, *v;
+	snprintf(key, sizeof key, "%s.grad", name);
+	grad = plan_tensor(p, key);
+	snprintf(key, sizeof key, "adamw.m/%s", name);
+	m = plan_tensor(p, key);
+	snprintf(key, sizeof key, "adamw.v/%s", name);
+	v = plan_tensor(p, key);
+	if (!param || !grad || !m || !v) /* flow_plan_check found them */
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: no layout for parameter '%s'",
+				     p->path, name);
+	int dp = flow_mesh_axis(&p->mesh, "dp");
+	bool v_split;
+	flow_err_t err;
+	if ((err = dp_split(p, param, dp, &zp->param_split, diag)) ||
+	    (err = dp_split(p, grad, dp, &zp->grad_split, diag)) ||
+	    (err = dp_split(p, m, dp, &zp->state_split, diag)) ||
+	    (err = dp_split(p, v, dp, &v_split, diag)))
+		return err;
+	if (v_split != zp->state_split)
+		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
+				     "%s:%zu: '%s' and '%s' differ in layout",
+				     p->path, v->line, v->name, m->name);
+	if ((zp->grad_split || zp->param_split) && !zp->state_split) {
+		const flow_plan_tensor_t *t = zp->grad_split ? grad : param;
+		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
+				     "%s:%zu: '%s' is split on dp but its optimizer state (line %zu) is not",
+				     p->path, t->line, t->name, m->line);
+	}
+	return FLOW_OK;
+}
+
+/* counts, begin, count and box of zp for the balanced S(0) split. */
+static void place_shards(const flow_graph_t *g, int dp_rank, int dp_size,
+			 flow_zero_param_t *zp)
+{
+	const flow_shape_t *shape = &g->tensors[zp->tensor].shape;
+	size_t row = zp->numel / (size_t)shape->dims[0];
+	for (int r = 0; r < dp_size; r++) {
+		int64_t start, rows;
+		flow_split_part(shape->dims[0], dp_size, r, &start, &rows);
+		zp->counts[r] = (size_t)rows * row;
+		if (r == dp_rank) {
+			zp->begin = (size_t)start * row;
+			zp->count = (size_t)rows * row;
+			zp->box.start[0] = start;
+			zp->box.extent[0] = rows;
+		}
+	}
+}
+
+flow_err_t flow_zero_new(const flow_plan_t *plan, const flow_graph_t *g,
+			 int dp_rank, int dp_size, flow_zero_t **zero_out,
+			 flow_diag_t *diag)
+{
+	flow_zero_t *z = calloc(1, sizeof *z);
+	if (!z)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	z->dp_rank = dp_rank;
+	z->dp_size = dp_size;
+	for (size_t t = 0; t < g->ntensors; t++)
+		z->nparams += g->tensors[t].role == FLOW_ROLE_PARAM;
+	z->params = calloc(z->nparams ? z->nparams : 1, sizeof *z->params);
+	if (!z->params)
+		goto nomem;
+	size_t i = 0, largest = 1;
+	flow_err_t err = FLOW_OK;
+	for (size_t t = 0; t < g->ntensors; t++) {
+		const flow_graph_tensor_t *gt = &g->tensors[t];
+		if (gt->role != FLOW_ROLE_PARAM)
+			continue;
+		flow_zero_param_t *zp = &z->params[i++];
+		zp->tensor = (int)t;
+		zp->numel = flow_graph_tensor_numel(g, (int)t);
+		zp->count = zp->numel;
+		flow_ckpt_box_whole(&gt->shape, &zp->box);
+		zp->counts = calloc((size_t)dp_size, sizeof *zp->counts);
+		if (!zp->counts)
+			goto nomem;
+		if (plan && (err = layout_from_plan(plan, g, zp, diag)))
+			goto fail;
+		if (zp->state_split) {
+			place_shards(g, dp_rank, dp_size, zp);
+			z->any_split = true;
+		}
+		if (zp->numel > largest)
+			largest = zp->numel;
+	}
+	if (z->any_split && !(z->scratch = flow_calloc(largest, sizeof(float))))
+		goto nomem;
+	*zero_out = z;
+	return FLOW_OK;
+nomem:
+	err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+fail:
+	flow_zero_free(z);
+	return err;
+}
+
+void flow_zero_free(flow_zero_t *z)
+{
+	if (!z)
+		return;
+	for (size_t i = 0; i < z->nparams; i++)
+		free(z->params[i].counts);
+	free(z->params);
+	flow_free(z->scratch);
+	free(z);
+}
+
+const flow_zero_param_t *flow_zero_param(const flow_zero_t *z, int param)
+{
+	for (size_t i = 0; i < z->nparams; i++)
+		if (z->params[i].tensor == param)
+			return &z->params[i];
+	return NULL;
+}
+
+flow_err_t flow_zero_sync_grads(flow_zero_t *z, flow_comm_t *comm,
+				flow_exec_t *exec, flow_diag_t *diag)
+{
+	if (z->dp_size == 1)
+		return FLOW_OK;
+	const flow_graph_t *g = flow_exec_graph(exec);
+	flow_err_t err = FLOW_OK;
+	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
+		const flow_zero_param_t *zp = &z->params[i];
+		float *grad = flow_exec_tensor(exec, g->tensors[zp->tensor].grad);
+		if (!zp->grad_split) {
+			err = flow_all_reduce(comm, grad, grad, zp->numel,
+					      FLOW_DTYPE_F32, diag);
+			continue;
+		}
+		/* Not in place: through the scratch into the shard. */
+		err = flow_reduce_scatter(comm, grad, z->scratch, zp->counts,
+					  FLOW_DTYPE_F32, diag);
+		if (err == FLOW_OK)
+			memcpy(grad + zp->begin, z->scratch,
+			       zp->count * sizeof(float));
+	}
+	return err;
+}
+
+double flow_zero_grad_sum_squares(const flow_zero_t *z, flow_exec_t *exec)
+{
+	const flow_graph_t *g = flow_exec_graph(exec);
+	double ss = 0.0;
+	for (size_t i = 0; i < z->nparams; i++) {
+		const flow_zero_param_t *zp = &z->params[i];
+		const float *grad =
+			flow_exec_tensor(exec, g->tensors[zp->tensor].grad);
+		if (zp->state_split)
+			ss += flow_cpu_sum_squares(grad + zp->begin, zp->count);
+		else if (z->dp_rank == 0)
+			ss += flow_cpu_sum_squares(grad, zp->numel);
+	}
+	return ss;
+}
+
+/* All-gather the shards of parameter zp in place in exec. */
+static flow_err_t gather_param(flow_zero_t *z, const flow_zero_param_t *zp,
+			       flow_comm_t *comm, flow_exec_t *exec,
+			       flow_diag_t *diag)
+{
+	float *param = flow_exec_tensor(exec, zp->tensor);
+	flow_err_t err = flow_all_gather(comm, param + zp->begin, z->scratch,
+					 zp->counts, FLOW_DTYPE_F32, diag);
+	if (err == FLOW_OK)
+		memcpy(param, z->scratch, zp->numel * sizeof(float));
+	return err;
+}
+
+flow_err_t flow_zero_after_update(flow_zero_t *z, flow_comm_t *comm,
+				  flow_exec_t *exec, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
+		const flow_zero_param_t *zp = &z->params[i];
+		if (zp->param_split)
+			z->params_stale = true;
+		else if (zp->state_split)
+			err = gather_param(z, zp, comm, exec, diag);
+	}
+	return err;
+}
+
+flow_err_t flow_zero_before_forward(flow_zero_t *z, flow_comm_t *comm,
+				    flow_exec_t *exec, flow_diag_t *diag)
+{
+	if (!z->params_stale)
+		return FLOW_OK;
+	flow_err_t err = FLOW_OK;
+	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++)
+		if (z->params[i].param_split)
+			err = gather_param(z, &z->params[i], comm, exec, diag);
+	if (err == FLOW_OK)
+		z->params_stale = false;
+	return err;
+}
