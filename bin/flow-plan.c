@@ -86,7 +86,8 @@ static const char help_text[] =
 	"  -o, --output FILE      write the plan to FILE, atomically [stdout]\n"
 	"      --check PLAN       validate PLAN ('-': stdin), print a summary\n"
 	"      --world N          (--check) the world size the mesh must have\n"
-	"      --cluster FILE     (--check) prices the boxings\n"
+	"      --cluster FILE     (--check) prices the boxings, and holds the\n"
+	"                         memory against its 'memory GIB' line\n"
 	"\n"
 	"Common options:\n"
 	"  -v, --verbose          more messages on stderr (repeatable)\n"
@@ -1306,7 +1307,7 @@ static void summary_row(bool json, bool *first, const char *item,
 }
 
 static void print_summary(const flow_tool_t *tool, const plan_opts_t *o,
-			  const flow_plan_t *plan,
+			  const flow_plan_t *plan, const flow_cluster_t *cluster,
 			  const flow_plan_summary_t *s)
 {
 	char mesh[FLOW_MESH_TEXT_MAX];
@@ -1322,9 +1323,14 @@ static void print_summary(const flow_tool_t *tool, const plan_opts_t *o,
 		       plan->zero);
 		printf("# boxing bytes are per optimizer step, summed over "
 		       "ranks; memory is the largest per-rank bytes\n");
-		if (o->cluster)
+		if (o->cluster && !cluster->memory_bytes)
 			printf("# cluster %s has no memory limit: not checked\n",
 			       o->cluster);
+		else if (o->cluster)
+			printf("# cluster %s: %.2f GiB per rank, %.2f GiB needed\n",
+			       o->cluster,
+			       (double)cluster->memory_bytes / 1073741824.0,
+			       (double)s->rank_bytes / 1073741824.0);
 		printf("item\tkind\tcount\tbytes\n");
 	}
 	summary_row(json, &first, "tensors", "-", (int64_t)s->tensors, -1);
@@ -1376,7 +1382,7 @@ static int run_check(flow_tool_t *tool, const plan_opts_t *o)
 		status = 1;
 		goto out_free_plan;
 	}
-	print_summary(tool, o, plan, &summary);
+	print_summary(tool, o, plan, &cluster, &summary);
 out_free_plan:
 	flow_plan_free(plan);
 	return status;

@@ -390,32 +390,16 @@ static void write_row(const flow_train_row_t *r)
 	putchar('\n');
 }
 
-/* What this flow-train can execute of a plan: data parallelism on its dp
- * axis with ZeRO's shards on it, every other axis of size 1 (the shard
- * layouts themselves are checked by flow_zero_new).  A plan asking for
- * more is refused, naming its line, rather than run another way. */
-static flow_err_t plan_runnable(const flow_plan_t *p, flow_diag_t *diag)
-{
-	for (int a = 0; a < p->mesh.ndim; a++)
-		if (p->mesh.dims[a] > 1 && strcmp(p->mesh.names[a], "dp") != 0)
-			return flow_diag_set(diag, FLOW_ERR_NOTSUP,
-					     "%s:%zu: axis '%s' has %lld ranks: this flow-train runs data-parallel plans only (ZeRO 0-3 on dp, every other mesh axis of size 1)",
-					     p->path, p->line_mesh, p->mesh.names[a],
-					     (long long)p->mesh.dims[a]);
-	return FLOW_OK;
-}
-
 /* The plan's settings, once the world is known: checked against the world
- * size, runnable, copied into the configuration; the data-parallel group
- * is the plan's dp axis. */
+ * size and copied into the configuration; the data-parallel group is the
+ * plan's dp axis (none without one).  What the runtime cannot execute of
+ * a valid plan it refuses when it builds, naming the line. */
 static flow_err_t apply_plan(const flow_plan_t *p, flow_world_t *w,
 			     flow_comm_t *world_comm, flow_train_config_t *c,
 			     flow_comm_t **dp_out, flow_diag_t *diag)
 {
 	int size = flow_world_info(w)->size;
 	flow_err_t err = flow_plan_check(p, size, NULL, NULL, diag);
-	if (!err)
-		err = plan_runnable(p, diag);
 	if (err)
 		return err;
 	c->model = p->cfg;
@@ -424,7 +408,7 @@ static flow_err_t apply_plan(const flow_plan_t *p, flow_world_t *w,
 	c->grad_accum = p->grad_accum;
 	c->plan = p;
 	int dp = flow_mesh_axis(&p->mesh, "dp");
-	if (size == 1 || dp < 0)
+	if (size == 1 || dp < 0 || p->mesh.dims[dp] == 1)
 		return FLOW_OK;
 	return flow_comm_mesh_axes(world_comm, &p->mesh, 1u << dp, dp_out, diag);
 }
@@ -454,7 +438,8 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 		goto fail;
 	if (plan && apply_plan(plan, w, world_comm, c, &dp_comm, &diag) != FLOW_OK)
 		goto fail;
-	c->comm = dp_comm ? dp_comm : world_comm;
+	c->comm = plan ? dp_comm : world_comm;
+	c->world = world_comm;
 	if (!o->peak_given)
 		c->peak_gflops = measure_peak();
 	if (flow_trainer_new(c, &t, &diag) != FLOW_OK)

@@ -24,6 +24,7 @@ void flow_cluster_default(flow_cluster_t *cluster)
 	cluster->intra.beta_bps = 100e9;
 	cluster->inter.alpha_s = 10e-6;
 	cluster->inter.beta_bps = 12.5e9;
+	cluster->memory_bytes = 0;
 }
 
 /* Splits line in place into at most max whitespace-separated fields,
@@ -90,6 +91,16 @@ static flow_err_t cluster_line(const char *path, long lineno, char *line,
 			link->alpha_s = alpha_us * 1e-6;
 			link->beta_bps = beta_gbps * 1e9;
 		}
+	} else if (strcmp(f[0], "memory") == 0) {
+		if (n != 2)
+			return flow_diag_set(diag, FLOW_ERR_FORMAT,
+					     "%s:%ld: expected 'memory GIB'",
+					     path, lineno);
+		bit = 8;
+		double gib;
+		err = flow_parse_double(f[1], 1.0 / 1024, 1 << 20, &gib, &why);
+		if (err == FLOW_OK)
+			c->memory_bytes = (uint64_t)(gib * 1073741824.0);
 	} else {
 		return flow_diag_set(diag, FLOW_ERR_FORMAT,
 				     "%s:%ld: unknown setting '%s'", path,

@@ -1,9 +1,10 @@
-/* What the boxing planner (boxing.c) and the reference executor
- * (boxing_sim.c) must agree on: which ranks form a group, in what order,
- * and which source rank serves which destination rank in a send/recv.
- * Byte counts are deliberately not here: the planner derives them from
- * formulas and the executor counts what it moves, and the tests compare
- * the two. */
+/* What the boxing planner (boxing.c), the reference executor
+ * (boxing_sim.c) and the distributed executor (boxing_exec.c) must agree
+ * on: which ranks form a group, in what order, which piece each member
+ * holds, how a region of a piece is copied, and which source rank serves
+ * which destination rank in a send/recv.  Byte counts are deliberately not
+ * here: the planner derives them from formulas and the reference executor
+ * counts what it moves, and the tests compare the two. */
 #ifndef FLOW_BOXING_INTERNAL_H
 #define FLOW_BOXING_INTERNAL_H
 
@@ -50,6 +51,39 @@ static inline int64_t boxing_group_member(const flow_mesh_t *mesh,
 	return index;
 }
 
+/* Where position index sits in its group of the axes in mask: returns its
+ * member number (the q of boxing_group_member) and sets *leader_out to the
+ * group's first member. */
+static inline int64_t boxing_group_place(const flow_mesh_t *mesh,
+					 unsigned mask, int64_t index,
+					 int64_t *leader_out)
+{
+	int64_t c[FLOW_MESH_MAX_AXES], q = 0;
+	flow_mesh_coords(mesh, index, c);
+	for (int i = 0; i < mesh->ndim; i++)
+		if (mask & (1u << i)) {
+			q = q * mesh->dims[i] + c[i];
+			c[i] = 0;
+		}
+	*leader_out = flow_mesh_index(mesh, c);
+	return q;
+}
+
+/* The boxes member q of the group whose first member is leader holds
+ * before and after step st (on st's mesh and axes); returns its
+ * position. */
+static inline int64_t boxing_member_boxes(const flow_shape_t *shape,
+					  const flow_boxing_step_t *st,
+					  int64_t leader, int64_t q,
+					  flow_box_t *from_out,
+					  flow_box_t *to_out)
+{
+	int64_t i = boxing_group_member(&st->mesh, st->axes, leader, q);
+	flow_nd_sbp_local_box(shape, &st->from, &st->mesh, i, from_out);
+	flow_nd_sbp_local_box(shape, &st->to, &st->mesh, i, to_out);
+	return i;
+}
+
 /* Elements of a box. */
 static inline int64_t boxing_box_numel(const flow_box_t *b)
 {
@@ -76,6 +110,15 @@ static inline bool boxing_box_intersect(const flow_box_t *a,
 	}
 	return true;
 }
+
+/* Copies (add: adds, as the reference executor sums: integers wrap, bf16
+ * and f16 through f32) the elements of region, a box inside both sbox and
+ * dbox, from src laid out row-major as sbox into dst laid out as dbox.
+ * Defined in boxing_sim.c. */
+void boxing_move_region(flow_dtype_t dtype, const void *src,
+			const flow_box_t *sbox, void *dst,
+			const flow_box_t *dbox, const flow_box_t *region,
+			bool add);
 
 /* The send/recv rule (flow(7), BOXING).  Source positions with the same
  * coordinates on the S and P axes of src hold the same data; they differ

@@ -79,13 +79,13 @@ static void add_elems(flow_dtype_t dtype, void *dst, const void *src, size_t n)
 	}
 }
 
-/* Copies (add: adds) the elements of region, a box inside both sbox and
- * dbox, from src laid out row-major as sbox into dst laid out as dbox. */
-static void move_region(const sim_t *s, const void *src, const flow_box_t *sbox,
-			void *dst, const flow_box_t *dbox,
-			const flow_box_t *region, bool add)
+void boxing_move_region(flow_dtype_t dtype, const void *src,
+			const flow_box_t *sbox, void *dst,
+			const flow_box_t *dbox, const flow_box_t *region,
+			bool add)
 {
 	int nd = region->ndim;
+	size_t esize = flow_dtype_size(dtype);
 	if (boxing_box_numel(region) == 0)
 		return;
 	int64_t idx[FLOW_MAX_DIMS] = { 0 };
@@ -97,12 +97,12 @@ static void move_region(const sim_t *s, const void *src, const flow_box_t *sbox,
 			so = so * sbox->extent[d] + (g - sbox->start[d]);
 			dof = dof * dbox->extent[d] + (g - dbox->start[d]);
 		}
-		const char *from = (const char *)src + (size_t)so * s->esize;
-		char *to = (char *)dst + (size_t)dof * s->esize;
+		const char *from = (const char *)src + (size_t)so * esize;
+		char *to = (char *)dst + (size_t)dof * esize;
 		if (add)
-			add_elems(s->dtype, to, from, run);
+			add_elems(dtype, to, from, run);
 		else
-			memcpy(to, from, run * s->esize);
+			memcpy(to, from, run * esize);
 		int d = nd - 2;
 		while (d >= 0 && ++idx[d] == region->extent[d]) {
 			idx[d] = 0;
@@ -111,6 +111,13 @@ static void move_region(const sim_t *s, const void *src, const flow_box_t *sbox,
 		if (d < 0)
 			break;
 	}
+}
+
+static void move_region(const sim_t *s, const void *src, const flow_box_t *sbox,
+			void *dst, const flow_box_t *dbox,
+			const flow_box_t *region, bool add)
+{
+	boxing_move_region(s->dtype, src, sbox, dst, dbox, region, add);
 }
 
 static flow_err_t alloc_box(const sim_t *s, const flow_box_t *box, void **out)
@@ -166,10 +173,9 @@ static flow_err_t group_load(const sim_t *s, int64_t leader, group_t *g)
 		return flow_diag_set(s->diag, FLOW_ERR_NOMEM,
 				     "boxing simulation: out of memory");
 	for (int64_t q = 0; q < g->p; q++) {
-		int64_t i = boxing_group_member(&st->mesh, st->axes, leader, q);
+		int64_t i = boxing_member_boxes(s->shape, st, leader, q,
+						&g->from[q], &g->to[q]);
 		g->rank[q] = flow_mesh_rank(&st->mesh, i);
-		flow_nd_sbp_local_box(s->shape, &st->from, &st->mesh, i, &g->from[q]);
-		flow_nd_sbp_local_box(s->shape, &st->to, &st->mesh, i, &g->to[q]);
 	}
 	return FLOW_OK;
 }

@@ -7,10 +7,13 @@
  * (when profiling) two clock reads. */
 #include <config.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <flow/boxing.h>
+#include <flow/comm.h>
 #include <flow/exec.h>
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
@@ -72,12 +75,14 @@ enum {
 	DIM_N = 0,                                   /* rows or elements */
 	DIM_IN = 1, DIM_OUT = 2,                     /* matmul (and C) */
 	DIM_V = 1, DIM_VP = 2,                       /* cross-entropy */
+	DIM_ROWS = 3,             /* embedding: rows of (the shard of) wte */
 	DIM_COUNT = 4
 };
 
 /* One op, ready to run. */
 typedef struct exec_op {
 	flow_op_kind_t kind;
+	const flow_op_attrs_t *attrs; /* the graph op's */
 	void *in[FLOW_OP_MAX_IO];  /* NULL: optional input absent */
 	void *out[FLOW_OP_MAX_IO]; /* NULL: gradient not needed */
 	size_t dim[DIM_COUNT];
@@ -110,6 +115,15 @@ struct flow_exec {
 	bool profiling;
 	size_t nphases;
 	flow_profile_row_t profile[FLOW_OP_KIND_COUNT + EXEC_PHASES];
+	/* A localized graph's boxing plans and communicators (flow_exec_set_
+	 * dist); the first failure of a collective stops the pass. */
+	const flow_boxing_plan_t *boxings;
+	size_t nboxings;
+	flow_boxing_comms_t *comms;
+	flow_diag_t diag;
+	flow_err_t err;
+	float *dist_scratch; /* split cross-entropy's row statistics */
+	size_t dist_scratch_n;
 };
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -167,6 +181,7 @@ static void exec_op_dims(const flow_graph_t *g, const flow_graph_op_t *op,
 		dim[DIM_B] = (size_t)x->dims[0];
 		dim[DIM_T] = (size_t)x->dims[1];
 		dim[DIM_C] = (size_t)g->tensors[f->in[1]].shape.dims[1];
+		dim[DIM_ROWS] = (size_t)g->tensors[f->in[1]].shape.dims[0];
 		break;
 	case FLOW_OP_ATTENTION:
 		dim[DIM_B] = (size_t)x->dims[0];
@@ -291,6 +306,7 @@ static flow_err_t exec_prepare_ops(flow_exec_t *x, flow_diag_t *diag)
 		exec_op_t *o = &x->ops[i];
 
 		o->kind = op->kind;
+		o->attrs = &op->attrs;
 		for (int k = 0; k < op->nin; k++)
 			o->in[k] = op->in[k] >= 0 ? x->ptr[op->in[k]] : NULL;
 		o->zero_first = nzero;
@@ -376,6 +392,7 @@ void flow_exec_free(flow_exec_t *x)
 	free(x->ops);
 	free(x->ptr);
 	flow_memplan_release(&x->plan);
+	flow_free(x->dist_scratch);
 	free(x);
 }
 
@@ -403,39 +420,94 @@ void flow_exec_set_loss_scale(flow_exec_t *x, float scale)
 
 /* ---- parameters ---------------------------------------------------------------- */
 
+/* Fill the run [first, first + n) of logical tensor p's row-major
+ * elements, of logical row `row` (rows past init.rows stay zero). */
+static void init_run(const flow_graph_tensor_t *p, float *v, size_t n,
+		     uint64_t first, int64_t row, uint64_t seed)
+{
+	bool drawn = p->init.rows <= 0 || row < p->init.rows;
+
+	switch (drawn ? p->init.kind : FLOW_INIT_ZEROS) {
+	case FLOW_INIT_NORMAL:
+		flow_rng_fill_normal(v, n, seed, flow_rng_stream_id(p->name),
+				     first, 0.0f, p->init.std);
+		break;
+	case FLOW_INIT_ONES:
+		for (size_t i = 0; i < n; i++)
+			v[i] = 1.0f;
+		break;
+	default: /* zeros, or none */
+		memset(v, 0, n * sizeof(*v));
+		break;
+	}
+}
+
+/* Parameter p holds box of a logical tensor of shape logical: fill it run
+ * by run (the box's last dimension is contiguous in both). */
+static void init_box(const flow_graph_tensor_t *p, float *v,
+		     const flow_box_t *box, const flow_shape_t *logical,
+		     uint64_t seed)
+{
+	int nd = logical->ndim;
+	size_t run = nd ? (size_t)box->extent[nd - 1] : 1, runs = 1;
+	int64_t at[FLOW_MAX_DIMS] = { 0 };
+
+	if (nd == 1) { /* rows are elements: the drawn ones, then zeros */
+		int64_t end = box->start[0] + box->extent[0];
+		int64_t cut = p->init.rows > 0 && p->init.rows < end ?
+				      p->init.rows : end;
+		size_t drawn = cut > box->start[0] ?
+				       (size_t)(cut - box->start[0]) : 0;
+		init_run(p, v, drawn, (uint64_t)box->start[0], 0, seed);
+		memset(v + drawn, 0, (run - drawn) * sizeof(*v));
+		return;
+	}
+
+	for (int d = 0; d + 1 < nd; d++)
+		runs *= (size_t)box->extent[d];
+	for (size_t r = 0; r < runs; r++, v += run) {
+		uint64_t first = 0;
+		for (int d = 0; d < nd; d++)
+			first = first * (uint64_t)logical->dims[d] +
+				(uint64_t)(box->start[d] + at[d]);
+		init_run(p, v, run, first,
+			 nd ? box->start[0] + at[0] : 0, seed);
+		for (int d = nd - 2; d >= 0; d--) { /* next run */
+			if (++at[d] < box->extent[d])
+				break;
+			at[d] = 0;
+		}
+	}
+}
+
+void flow_exec_init_params_boxes(flow_exec_t *x, uint64_t seed,
+				 const flow_box_t *boxes,
+				 const flow_shape_t *logical)
+{
+	const flow_graph_t *g = x->g;
+
+	for (size_t t = 0; t < g->ntensors; t++)
+		if (g->tensors[t].role == FLOW_ROLE_PARAM)
+			init_box(&g->tensors[t], x->ptr[t], &boxes[t],
+				 &logical[t], seed);
+}
+
 void flow_exec_init_params(flow_exec_t *x, uint64_t seed)
 {
 	const flow_graph_t *g = x->g;
 
 	for (size_t t = 0; t < g->ntensors; t++) {
 		const flow_graph_tensor_t *p = &g->tensors[t];
-		float *v = x->ptr[t];
-		size_t n, drawn;
+		flow_box_t whole;
 
 		if (p->role != FLOW_ROLE_PARAM)
 			continue;
-		n = drawn = flow_graph_tensor_numel(g, (int)t);
-		/* Rows past init.rows (padded vocabulary) stay zero; the
-		 * others keep the values of their logical index. */
-		if (p->init.rows > 0 && p->shape.ndim > 0 &&
-		    p->init.rows < p->shape.dims[0])
-			drawn = n / (size_t)p->shape.dims[0] *
-				(size_t)p->init.rows;
-		switch (p->init.kind) {
-		case FLOW_INIT_NORMAL:
-			flow_rng_fill_normal(v, drawn, seed,
-					     flow_rng_stream_id(p->name), 0,
-					     0.0f, p->init.std);
-			break;
-		case FLOW_INIT_ONES:
-			for (size_t i = 0; i < drawn; i++)
-				v[i] = 1.0f;
-			break;
-		default: /* zeros, or none */
-			drawn = 0;
-			break;
+		whole.ndim = p->shape.ndim;
+		for (int d = 0; d < p->shape.ndim; d++) {
+			whole.start[d] = 0;
+			whole.extent[d] = p->shape.dims[d];
 		}
-		memset(v + drawn, 0, (n - drawn) * sizeof(*v));
+		init_box(p, x->ptr[t], &whole, &p->shape, seed);
 	}
 }
 
@@ -446,12 +518,18 @@ void flow_exec_zero_param_grads(flow_exec_t *x)
 
 /* ---- running ---------------------------------------------------------------------- */
 
-static void exec_kernel(const flow_exec_t *x, const exec_op_t *o)
+static void exec_dist_kernel(flow_exec_t *x, const exec_op_t *o);
+
+static void exec_kernel(flow_exec_t *x, const exec_op_t *o)
 {
 	const kernel_set_t *k = x->kernels;
 	const size_t *d = o->dim;
 	void *const *in = o->in, *const *out = o->out;
 
+	if (o->attrs->split_axes || o->kind == FLOW_OP_BOXING) {
+		exec_dist_kernel(x, o);
+		return;
+	}
 	switch (o->kind) {
 	case FLOW_OP_EMBEDDING:
 		k->embedding_forward(out[0], in[0], in[1], in[2], d[DIM_B],
@@ -501,6 +579,8 @@ static void exec_kernel(const flow_exec_t *x, const exec_op_t *o)
 		k->cross_entropy(out[0], in[0], in[1], d[DIM_N], d[DIM_V],
 				 d[DIM_VP], x->loss_scale);
 		break;
+	case FLOW_OP_BOXING: /* handled above */
+		break;
 	}
 }
 
@@ -514,7 +594,7 @@ static double now_seconds(void)
 
 static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 {
-	for (size_t i = begin; i < end; i++) {
+	for (size_t i = begin; i < end && x->err == FLOW_OK; i++) {
 		const exec_op_t *o = &x->ops[i];
 		double t0 = x->profiling ? now_seconds() : 0.0;
 
@@ -548,6 +628,202 @@ double flow_exec_forward(flow_exec_t *x)
 void flow_exec_backward(flow_exec_t *x)
 {
 	exec_run(x, x->g->nforward, x->g->nops);
+}
+
+/* ---- distributed graphs -------------------------------------------------------- */
+
+void flow_exec_set_dist(flow_exec_t *x, const flow_boxing_plan_t *plans,
+			size_t n, flow_boxing_comms_t *comms)
+{
+	x->boxings = plans;
+	x->nboxings = n;
+	x->comms = comms;
+}
+
+flow_err_t flow_exec_error(const flow_exec_t *x, flow_diag_t *diag)
+{
+	if (x->err != FLOW_OK)
+		flow_diag_set(diag, x->err, "%s", flow_diag_message(&x->diag));
+	return x->err;
+}
+
+static void dist_fail(flow_exec_t *x, flow_err_t err)
+{
+	if (err != FLOW_OK && x->err == FLOW_OK)
+		x->err = err;
+}
+
+/* Embedding over a shard of wte's rows [r0, r0 + rows): a token outside it
+ * adds nothing here (its holder adds it); wpe comes as the localizer laid
+ * it out (partial: whole on one rank, zero on the others). */
+static void embedding_rows_forward(float *out, const int32_t *tokens,
+				   const float *wte, const float *wpe,
+				   int64_t r0, size_t rows, size_t B, size_t T,
+				   size_t C)
+{
+#pragma omp parallel for schedule(static)
+	for (size_t bt = 0; bt < B * T; bt++) {
+		float *o = out + bt * C;
+		const float *p = wpe + (bt % T) * C;
+		int64_t row = (int64_t)tokens[bt] - r0;
+		bool held = row >= 0 && row < (int64_t)rows;
+		for (size_t c = 0; c < C; c++)
+			o[c] = (held ? wte[(size_t)row * C + c] : 0.0f) + p[c];
+	}
+}
+
+static void embedding_rows_backward(float *dwte, float *dwpe,
+				    const float *dout, const int32_t *tokens,
+				    int64_t r0, size_t rows, size_t B,
+				    size_t T, size_t C)
+{
+	for (size_t bt = 0; bt < B * T && dwte; bt++) {
+		int64_t row = (int64_t)tokens[bt] - r0;
+		if (row < 0 || row >= (int64_t)rows)
+			continue;
+		for (size_t c = 0; c < C; c++)
+			dwte[(size_t)row * C + c] += dout[bt * C + c];
+	}
+	for (size_t bt = 0; bt < B * T && dwpe; bt++)
+		for (size_t c = 0; c < C; c++)
+			dwpe[(bt % T) * C + c] += dout[bt * C + c];
+}
+
+static float *dist_scratch(flow_exec_t *x, size_t n)
+{
+	if (n > x->dist_scratch_n) {
+		float *p = flow_alloc(n * sizeof(float));
+		if (!p) {
+			dist_fail(x, flow_diag_set(&x->diag, FLOW_ERR_NOMEM,
+						   "out of memory"));
+			return NULL;
+		}
+		flow_free(x->dist_scratch);
+		x->dist_scratch = p;
+		x->dist_scratch_n = n;
+	}
+	return x->dist_scratch;
+}
+
+/* Cross-entropy with the classes split over comm: this rank holds logits
+ * columns [c0, c0 + Vl) of the padded Vp, the real ones those below V.
+ * The row maximum is gathered and the exponential sums are summed over
+ * the group; the losses come out partial (P), rank 0 adding log-sum-exp
+ * and the holder of each target subtracting its logit, so the group's sum
+ * is the loss; dlogits, in place, are this rank's columns of the whole
+ * row's gradient. */
+static flow_err_t ce_split(flow_exec_t *x, const exec_op_t *o,
+			   flow_comm_t *comm)
+{
+	float *losses = o->out[0], *logits = o->in[0];
+	const int32_t *targets = o->in[1];
+	size_t N = o->dim[DIM_N], Vl = o->dim[DIM_VP];
+	int64_t c0 = o->attrs->row_start, V = (int64_t)o->dim[DIM_V];
+	size_t valid = V <= c0 ? 0 : (size_t)(V - c0) < Vl ? (size_t)(V - c0) : Vl;
+	int p = flow_comm_size(comm), me = flow_comm_rank(comm);
+	float *s = dist_scratch(x, N * ((size_t)p + 2));
+	if (!s)
+		return x->err;
+	float *mine = s + N * (size_t)p, *sums = mine + N, *all = s;
+	size_t *counts = calloc((size_t)p, sizeof *counts);
+	if (!counts)
+		return flow_diag_set(&x->diag, FLOW_ERR_NOMEM, "out of memory");
+	for (int r = 0; r < p; r++)
+		counts[r] = N;
+	for (size_t n = 0; n < N; n++) {
+		float m = -INFINITY;
+		for (size_t j = 0; j < valid; j++)
+			m = fmaxf(m, logits[n * Vl + j]);
+		mine[n] = m;
+	}
+	flow_err_t err = flow_all_gather(comm, mine, all, counts,
+					 FLOW_DTYPE_F32, &x->diag);
+	free(counts);
+	if (err != FLOW_OK)
+		return err;
+	for (size_t n = 0; n < N; n++) {
+		float m = all[n];
+		for (int r = 1; r < p; r++)
+			m = fmaxf(m, all[(size_t)r * N + n]);
+		mine[n] = m; /* the row's maximum from here on */
+		double sum = 0.0;
+		for (size_t j = 0; j < valid; j++)
+			sum += exp((double)logits[n * Vl + j] - m);
+		sums[n] = (float)sum;
+	}
+	if ((err = flow_all_reduce(comm, sums, sums, N, FLOW_DTYPE_F32,
+				   &x->diag)) != FLOW_OK)
+		return err;
+	for (size_t n = 0; n < N; n++) {
+		float *row = logits + n * Vl;
+		int64_t t = targets[n] - c0;
+		bool held = targets[n] >= 0 && t >= 0 && t < (int64_t)valid;
+		double loss = me == 0 && targets[n] >= 0 ?
+				      log((double)sums[n]) + mine[n] : 0.0;
+		if (held)
+			loss -= row[t];
+		losses[n] = (float)loss;
+		for (size_t j = 0; j < Vl; j++) {
+			float pj = j < valid && targets[n] >= 0 ?
+					   (float)(exp((double)row[j] - mine[n]) /
+						   sums[n]) :
+					   0.0f;
+			if (held && (int64_t)j == t)
+				pj -= 1.0f;
+			row[j] = x->loss_scale * pj;
+		}
+	}
+	return FLOW_OK;
+}
+
+/* The ops of a localized graph that talk to other ranks or know their
+ * shard: boxing, and embedding and cross-entropy split over a mesh axis. */
+static void exec_dist_kernel(flow_exec_t *x, const exec_op_t *o)
+{
+	const size_t *d = o->dim;
+	void *const *in = o->in, *const *out = o->out;
+	flow_comm_t *comm = NULL;
+	flow_err_t err = FLOW_OK;
+
+	switch (o->kind) {
+	case FLOW_OP_BOXING:
+		if (!x->comms || o->attrs->boxing >= x->nboxings) {
+			err = flow_diag_set(&x->diag, FLOW_ERR_USAGE,
+					    "boxing op without its plan");
+			break;
+		}
+		err = flow_boxing_run(&x->boxings[o->attrs->boxing], x->comms,
+				      in[0], out[0], &x->diag);
+		break;
+	case FLOW_OP_EMBEDDING:
+		embedding_rows_forward(out[0], in[0], in[1], in[2],
+				       o->attrs->row_start, d[DIM_ROWS],
+				       d[DIM_B], d[DIM_T], d[DIM_C]);
+		break;
+	case FLOW_OP_EMBEDDING_BACKWARD:
+		embedding_rows_backward(out[0], out[1], in[0], in[1],
+					o->attrs->row_start, d[DIM_ROWS],
+					d[DIM_B], d[DIM_T], d[DIM_C]);
+		break;
+	case FLOW_OP_CROSS_ENTROPY:
+		if (!x->comms) {
+			err = flow_diag_set(&x->diag, FLOW_ERR_USAGE,
+					    "split cross-entropy without "
+					    "communicators");
+			break;
+		}
+		err = flow_boxing_comms_axes(x->comms, o->attrs->split_axes,
+					     &comm, &x->diag);
+		if (err == FLOW_OK)
+			err = ce_split(x, o, comm);
+		break;
+	default:
+		err = flow_diag_set(&x->diag, FLOW_ERR_USAGE,
+				    "op kind %d cannot be split",
+				    (int)o->kind);
+		break;
+	}
+	dist_fail(x, err);
 }
 
 /* ---- profile --------------------------------------------------------------------- */

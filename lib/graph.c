@@ -306,6 +306,36 @@ out_drop_outputs:
 	return err;
 }
 
+int flow_graph_append_op(flow_graph_t *g, const flow_graph_op_t *op,
+			 flow_diag_t *diag)
+{
+	const flow_op_info_t *info = flow_op_info(op->kind);
+	flow_err_t err;
+
+	if (!info || op->nin != info->def.nin || op->nout != info->def.nout ||
+	    !memchr(op->name, '\0', sizeof(op->name)))
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "op '%.*s' of kind %d: bad kind, name or "
+				     "counts",
+				     (int)sizeof(op->name) - 1, op->name,
+				     (int)op->kind);
+	for (int i = 0; i < op->nin + op->nout; i++) {
+		int t = i < op->nin ? op->in[i] : op->out[i - op->nin];
+		if (t < -1 || t >= (int)g->ntensors)
+			return flow_diag_set(diag, FLOW_ERR_USAGE,
+					     "%s: tensor %d is not in the "
+					     "graph",
+					     op->name, t);
+	}
+	if ((err = flow_graph_reserve(g, 0, 1, diag)) != FLOW_OK)
+		return err;
+	for (int i = 0; i < op->nout; i++)
+		if (op->out[i] >= 0 && g->tensors[op->out[i]].producer < 0)
+			g->tensors[op->out[i]].producer = (int)g->nops;
+	g->ops[g->nops] = *op;
+	return (int)g->nops++;
+}
+
 flow_err_t flow_graph_set_loss(flow_graph_t *g, int losses, flow_diag_t *diag)
 {
 	if (losses < 0 || (size_t)losses >= g->ntensors)
@@ -427,7 +457,8 @@ static flow_err_t validate_op(const flow_graph_t *g, size_t i,
 	if (!memchr(op->name, '\0', sizeof(op->name)))
 		return flow_diag_set(diag, FLOW_ERR_FORMAT,
 				     "op %zu: invalid name", i);
-	if (!info || flow_op_kind_is_backward(op->kind) != (i >= g->nforward))
+	if (!info || (!flow_op_kind_is_neutral(op->kind) &&
+		      flow_op_kind_is_backward(op->kind) != (i >= g->nforward)))
 		return flow_diag_set(diag, FLOW_ERR_FORMAT,
 				     "op %zu (%s): kind %d does not belong in "
 				     "the %s pass",
@@ -440,7 +471,8 @@ static flow_err_t validate_op(const flow_graph_t *g, size_t i,
 				     i, op->name, op->nin, op->nout,
 				     info->def.name, info->def.nin,
 				     info->def.nout);
-	if (i >= g->nforward && (op->forward < 0 || (size_t)op->forward >= i))
+	if (i >= g->nforward && !flow_op_kind_is_neutral(op->kind) &&
+	    (op->forward < 0 || (size_t)op->forward >= i))
 		return flow_diag_set(diag, FLOW_ERR_FORMAT,
 				     "op %zu (%s): forward op %d is not "
 				     "before it",

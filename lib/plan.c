@@ -1412,6 +1412,11 @@ static flow_err_t checker_alloc(checker_t *c)
 	return FLOW_OK;
 }
 
+static double gib(uint64_t bytes)
+{
+	return (double)bytes / 1073741824.0;
+}
+
 flow_err_t flow_plan_check(const flow_plan_t *plan, int64_t world,
 			   const flow_cluster_t *cluster,
 			   flow_plan_summary_t *summary_out, flow_diag_t *diag)
@@ -1430,6 +1435,17 @@ flow_err_t flow_plan_check(const flow_plan_t *plan, int64_t world,
 	    (err = check_consistency(&c)))
 		goto out_release;
 	count_memory(&c);
+	if (cluster && cluster->memory_bytes &&
+	    c.sum.rank_bytes > cluster->memory_bytes) {
+		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+				    "%s: a rank needs %.2f GiB (params %.2f, grads %.2f, optimizer %.2f, activations %.2f), more than the cluster's %.2f GiB",
+				    plan->path, gib(c.sum.rank_bytes),
+				    gib(c.sum.param_bytes), gib(c.sum.grad_bytes),
+				    gib(c.sum.optim_bytes),
+				    gib(c.sum.activation_bytes),
+				    gib(cluster->memory_bytes));
+		goto out_release;
+	}
 	c.sum.tensors = plan->ntensors;
 	c.sum.ops = plan->nops;
 	if (summary_out)

@@ -24,6 +24,7 @@
 #include <flow/loader.h>
 #include <flow/parse.h>
 #include <flow/shard.h>
+#include <flow/localize.h>
 #include <flow/train.h>
 #include <flow/zero.h>
 
@@ -36,6 +37,10 @@ struct flow_trainer {
 	flow_exec_t *exec;
 	flow_adamw_t *opt;
 	flow_zero_t *zero;              /* ZeRO shards on dp (or none) */
+	bool localized;                 /* a graph of shards (the plan has
+					 * an axis other than dp > 1) */
+	flow_local_t local;             /* its layouts; graph moved out */
+	flow_boxing_comms_t *comms;     /* its mesh's communicators */
 	flow_loader_t *train;
 	flow_loader_t *val;             /* NULL without evaluation */
 	uint64_t data_checksum;         /* the dataset manifest's */
@@ -186,19 +191,67 @@ static flow_err_t trainer_new_optimizer(flow_trainer_t *t, flow_diag_t *diag)
 	return err;
 }
 
+/* Does the plan put any axis but dp above size 1, so that each rank runs
+ * a graph of shards? */
+static bool plan_localized(const flow_plan_t *p)
+{
+	for (int a = 0; p && a < p->mesh.ndim; a++)
+		if (p->mesh.dims[a] > 1 && strcmp(p->mesh.names[a], "dp") != 0)
+			return true;
+	return false;
+}
+
+/* This rank's graph of the plan: the global training graph at the global
+ * batch, localized (flow/localize.h), run with the mesh's communicators. */
+static flow_err_t trainer_build_local(flow_trainer_t *t, flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	flow_graph_t global;
+	flow_graph_init(&global);
+	flow_err_t err = flow_gpt_build(&c->model, c->batch, c->seq_len,
+					&global, diag);
+	if (err == FLOW_OK)
+		err = flow_graph_backward(&global, diag);
+	int64_t index = flow_mesh_index_of(
+		&c->plan->mesh, c->world ? flow_comm_rank(c->world) : 0);
+	if (err == FLOW_OK)
+		err = flow_local_build(c->plan, &global, index, &t->local, diag);
+	flow_graph_release(&global);
+	if (err != FLOW_OK)
+		return err;
+	t->localized = true;
+	t->graph = t->local.graph; /* moved: the trainer's from here on */
+	flow_graph_init(&t->local.graph);
+	err = flow_exec_new(&t->graph, c->kernels, &t->exec, diag);
+	if (err == FLOW_OK && c->world)
+		err = flow_boxing_comms_new(c->world, &c->plan->mesh,
+					    &t->comms, diag);
+	if (err == FLOW_OK)
+		flow_exec_set_dist(t->exec, t->local.boxings,
+				   t->local.nboxings, t->comms);
+	return err;
+}
+
 static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 {
 	const flow_train_config_t *c = &t->cfg;
+	flow_err_t err;
 	flow_graph_init(&t->graph);
-	flow_err_t err = flow_gpt_build(&c->model, t->local_batch, c->seq_len,
-					&t->graph, diag);
+	if (plan_localized(c->plan)) {
+		err = trainer_build_local(t, diag);
+	} else {
+		err = flow_gpt_build(&c->model, t->local_batch, c->seq_len,
+				     &t->graph, diag);
+		if (err == FLOW_OK)
+			err = flow_graph_backward(&t->graph, diag);
+		if (err == FLOW_OK)
+			err = flow_exec_new(&t->graph, c->kernels, &t->exec,
+					    diag);
+	}
 	if (err == FLOW_OK)
-		err = flow_graph_backward(&t->graph, diag);
-	if (err == FLOW_OK)
-		err = flow_exec_new(&t->graph, c->kernels, &t->exec, diag);
-	if (err == FLOW_OK)
-		err = flow_zero_new(c->plan, &t->graph, t->dp_rank, t->dp_size,
-				    &t->zero, diag);
+		err = flow_zero_new(c->plan, &t->graph,
+				    t->localized ? &t->local : NULL,
+				    t->dp_rank, t->dp_size, &t->zero, diag);
 	if (err == FLOW_OK)
 		err = trainer_new_optimizer(t, diag);
 	if (err != FLOW_OK)
@@ -212,85 +265,130 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 						c->grad_accum)));
 	flow_exec_profile_enable(t->exec, c->profile);
 	/* This rank's share: MFU compares it with this rank's ceiling. */
+	int ranks = c->world ? flow_comm_size(c->world) : t->dp_size;
 	t->flops_per_step = flow_gpt_flops_per_token(&c->model, c->seq_len) *
-			    (double)t->local_batch * c->seq_len * c->grad_accum;
+			    (double)c->batch * c->seq_len * c->grad_accum /
+			    ranks;
 	return FLOW_OK;
+}
+
+/* Parameters are initialised by logical index: the shards of all ranks
+ * are the one-rank parameters. */
+static void trainer_init_params(flow_trainer_t *t)
+{
+	if (t->localized)
+		flow_exec_init_params_boxes(t->exec, t->cfg.seed, t->local.box,
+					    t->local.logical);
+	else
+		flow_exec_init_params(t->exec, t->cfg.seed);
 }
 
 /* ---- checkpoints ------------------------------------------------------------- */
 
-/* The checkpoint description of parameter p (prefix "": itself; else its
- * moments), on the mesh of the dp ranks when split. */
-static void param_desc(const flow_trainer_t *t, int p, const char *prefix,
-		       bool split, flow_ckpt_tensor_desc_t *d)
+/* What a rank writes of one tensor (a parameter or a moment) and how
+ * the manifest describes it. */
+typedef struct ckpt_part {
+	bool write;             /* this rank writes it (the owner of a
+				 * replicated box, or its shard's holder) */
+	const flow_box_t *box;  /* of the logical tensor */
+	float *data;            /* the box's elements, row-major */
+	char mesh[FLOW_CKPT_TEXT_MAX], sbp[FLOW_CKPT_TEXT_MAX];
+} ckpt_part_t;
+
+/* The part of parameter zp (state: of its moments) this rank holds:
+ * localized, the layout of the plan; under ZeRO a shard on the dp ranks;
+ * else the whole tensor, written once. */
+static void ckpt_part(const flow_trainer_t *t, const flow_zero_param_t *zp,
+		      bool state, float *base, ckpt_part_t *part)
 {
-	const flow_graph_t *g = &t->graph;
-	memset(d, 0, sizeof *d);
-	snprintf(d->name, sizeof d->name, "%s%s", prefix, g->tensors[p].name);
-	d->dtype = FLOW_DTYPE_F32;
-	d->shape = g->tensors[p].shape;
-	snprintf(d->mesh, sizeof d->mesh, "%d", split ? t->dp_size : 1);
-	snprintf(d->sbp, sizeof d->sbp, split ? "(S(0))" : "(B)");
+	bool split = state ? zp->state_split : zp->param_split;
+	part->box = split ? &zp->box : &zp->param_box;
+	part->data = base + (split && !state ? zp->begin : 0);
+	part->write = split || zp->owner;
+	if (t->localized) {
+		const flow_mesh_t *m = &t->cfg.plan->mesh;
+		size_t n = 0;
+		for (int a = 0; a < m->ndim; a++)
+			n += (size_t)snprintf(part->mesh + n, sizeof part->mesh - n,
+					      "%s%lld", a ? "x" : "",
+					      (long long)m->dims[a]);
+		flow_nd_sbp_format(&t->local.sbp[zp->tensor], part->sbp,
+				   sizeof part->sbp);
+	} else {
+		snprintf(part->mesh, sizeof part->mesh, "%d",
+			 split ? t->dp_size : 1);
+		snprintf(part->sbp, sizeof part->sbp, split ? "(S(0))" : "(B)");
+	}
 }
 
-/* Add what this rank holds of one tensor: its shard when split, else the
- * whole tensor from rank 0 only (the replicas are identical). */
-static flow_err_t add_owned(flow_trainer_t *t, flow_ckpt_writer_t *w,
-			    const flow_zero_param_t *zp, const char *prefix,
-			    bool split, const float *data, flow_diag_t *diag)
+/* Add this rank's part of parameter zp's tensor named prefix + name. */
+static flow_err_t add_part(flow_trainer_t *t, flow_ckpt_writer_t *w,
+			   const flow_zero_param_t *zp, const char *prefix,
+			   bool state, float *base, flow_diag_t *diag)
 {
-	flow_ckpt_tensor_desc_t d;
-	param_desc(t, zp->tensor, prefix, split, &d);
-	if (split)
-		return flow_ckpt_writer_add(w, &d, &zp->box, data, diag);
-	if (t->dp_rank != 0)
+	ckpt_part_t part;
+	ckpt_part(t, zp, state, base, &part);
+	if (!part.write)
 		return FLOW_OK;
-	return flow_ckpt_writer_add(w, &d, NULL, data, diag);
+	flow_ckpt_tensor_desc_t d;
+	memset(&d, 0, sizeof d);
+	snprintf(d.name, sizeof d.name, "%s%s", prefix,
+		 t->graph.tensors[zp->tensor].name);
+	d.dtype = FLOW_DTYPE_F32;
+	d.shape = zp->shape;
+	memcpy(d.mesh, part.mesh, sizeof d.mesh);
+	memcpy(d.sbp, part.sbp, sizeof d.sbp);
+	return flow_ckpt_writer_add(w, &d, part.box, part.data, diag);
+}
+
+/* The ranks that write a checkpoint: every rank of the job when the graph
+ * is localized, the dp ranks under ZeRO, else rank 0 alone; NULL and 1
+ * for one writer. */
+static flow_comm_t *ckpt_writers(const flow_trainer_t *t)
+{
+	if (t->localized)
+		return t->cfg.world;
+	return t->zero->any_split ? t->cfg.comm : NULL;
 }
 
 /* Write tensors (the parameters, or their gradients, and with state the
- * moments) to step_dir and commit it with the run state.  With ZeRO
- * shards every dp rank writes its part, and rank 0 commits once all have
- * (a barrier); else rank 0 alone writes. */
+ * moments) to step_dir and commit it with the run state.  Several writers
+ * each write their parts, and rank 0 commits once all have (a barrier). */
 static flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
 				     bool grads, flow_diag_t *diag)
 {
 	const flow_zero_t *z = t->zero;
-	bool sharded = z->any_split;
+	flow_comm_t *writers = ckpt_writers(t);
+	uint32_t me = writers ? (uint32_t)flow_comm_rank(writers) : 0;
 	flow_ckpt_writer_t *w;
-	flow_err_t err = flow_ckpt_writer_new(
-		step_dir, sharded ? (uint32_t)t->dp_rank : 0, &w, diag);
+	flow_err_t err = flow_ckpt_writer_new(step_dir, me, &w, diag);
 	if (err != FLOW_OK)
 		return err;
 	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
 		const flow_zero_param_t *zp = &z->params[i];
 		const flow_graph_tensor_t *pt = &t->graph.tensors[zp->tensor];
-		const float *param = flow_exec_tensor(t->exec, zp->tensor);
-		if (grads) {
-			err = add_owned(t, w, zp, "", false,
-					flow_exec_tensor(t->exec, pt->grad),
-					diag);
+		if (grads) { /* --dump-grads: one rank, nothing split */
+			err = add_part(t, w, zp, "", false,
+				       flow_exec_tensor(t->exec, pt->grad), diag);
 			continue;
 		}
-		err = add_owned(t, w, zp, "", zp->param_split,
-				param + (zp->param_split ? zp->begin : 0), diag);
+		err = add_part(t, w, zp, "", false,
+			       flow_exec_tensor(t->exec, zp->tensor), diag);
 		if (err == FLOW_OK)
-			err = add_owned(t, w, zp, ADAMW_M_PREFIX,
-					zp->state_split,
-					flow_adamw_m(t->opt, zp->tensor), diag);
+			err = add_part(t, w, zp, ADAMW_M_PREFIX, true,
+				       flow_adamw_m(t->opt, zp->tensor), diag);
 		if (err == FLOW_OK)
-			err = add_owned(t, w, zp, ADAMW_V_PREFIX,
-					zp->state_split,
-					flow_adamw_v(t->opt, zp->tensor), diag);
+			err = add_part(t, w, zp, ADAMW_V_PREFIX, true,
+				       flow_adamw_v(t->opt, zp->tensor), diag);
 	}
 	if (err != FLOW_OK) {
 		flow_ckpt_writer_abort(w);
 		return err;
 	}
 	err = flow_ckpt_writer_finish(w, diag);
-	if (err == FLOW_OK && sharded)
-		err = flow_barrier(t->cfg.comm, diag);
-	if (err != FLOW_OK || t->dp_rank != 0)
+	if (err == FLOW_OK && writers)
+		err = flow_barrier(writers, diag);
+	if (err != FLOW_OK || me != 0)
 		return err;
 
 	run_state_t s;
@@ -304,13 +402,13 @@ static flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
 	s.kv[s.n++] = (flow_ckpt_kv_t){ "contents",
 					grads ? "gradients" : "training" };
 	return flow_ckpt_commit(step_dir, t->step,
-				sharded ? (uint32_t)t->dp_size : 1, s.kv, s.n,
-				diag);
+				writers ? (uint32_t)flow_comm_size(writers) : 1,
+				s.kv, s.n, diag);
 }
 
 static flow_err_t trainer_checkpoint(flow_trainer_t *t, flow_diag_t *diag)
 {
-	if (t->dp_rank != 0 && !t->zero->any_split)
+	if (!ckpt_writers(t) && t->dp_rank != 0)
 		return FLOW_OK; /* rank 0 holds the same bits */
 	char *dir = flow_ckpt_step_path(t->cfg.ckpt_dir, t->step);
 	if (!dir)
@@ -410,29 +508,28 @@ static flow_err_t trainer_resume(flow_trainer_t *t, flow_diag_t *diag)
 	    (err = state_u64(ck, path, "loader.index", &ls.index, diag)))
 		goto out_close;
 
-	/* This rank's shards (or the whole tensors): any layout the
-	 * checkpoint was written in will do. */
+	/* This rank's parts: any layout the checkpoint was written in will
+	 * do. */
 	const flow_zero_t *z = t->zero;
 	char name[FLOW_CKPT_NAME_MAX];
 	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
 		const flow_zero_param_t *zp = &z->params[i];
-		const flow_graph_tensor_t *pt = &t->graph.tensors[zp->tensor];
-		const flow_box_t *state = zp->state_split ? &zp->box : NULL;
-		float *param = flow_exec_tensor(t->exec, zp->tensor);
-		if (zp->param_split)
-			err = read_param(ck, path, pt->name, &pt->shape,
-					 &zp->box, param + zp->begin, diag);
-		else
-			err = read_param(ck, path, pt->name, &pt->shape, NULL,
-					 param, diag);
-		snprintf(name, sizeof name, ADAMW_M_PREFIX "%s", pt->name);
+		const char *pname = t->graph.tensors[zp->tensor].name;
+		ckpt_part_t part;
+		ckpt_part(t, zp, false, flow_exec_tensor(t->exec, zp->tensor),
+			  &part);
+		err = read_param(ck, path, pname, &zp->shape, part.box,
+				 part.data, diag);
+		ckpt_part(t, zp, true, flow_adamw_m(t->opt, zp->tensor), &part);
+		snprintf(name, sizeof name, ADAMW_M_PREFIX "%s", pname);
 		if (err == FLOW_OK)
-			err = read_param(ck, path, name, &pt->shape, state,
-					 flow_adamw_m(t->opt, zp->tensor), diag);
-		snprintf(name, sizeof name, ADAMW_V_PREFIX "%s", pt->name);
+			err = read_param(ck, path, name, &zp->shape, part.box,
+					 part.data, diag);
+		ckpt_part(t, zp, true, flow_adamw_v(t->opt, zp->tensor), &part);
+		snprintf(name, sizeof name, ADAMW_V_PREFIX "%s", pname);
 		if (err == FLOW_OK)
-			err = read_param(ck, path, name, &pt->shape, state,
-					 flow_adamw_v(t->opt, zp->tensor), diag);
+			err = read_param(ck, path, name, &zp->shape, part.box,
+					 part.data, diag);
 		if (zp->param_split) /* only the shard was read */
 			t->zero->params_stale = true;
 	}
@@ -494,7 +591,7 @@ flow_err_t flow_trainer_new(const flow_train_config_t *cfg,
 	if (err == FLOW_OK && c->resume)
 		err = trainer_resume(t, diag);
 	else if (err == FLOW_OK)
-		flow_exec_init_params(t->exec, c->seed);
+		trainer_init_params(t);
 	if (err == FLOW_OK && t->step > c->steps)
 		err = flow_diag_set(diag, FLOW_ERR_USAGE,
 				    "%s: step %" PRIu64 " is past --steps %"
@@ -520,6 +617,8 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_adamw_free(t->opt);
 	flow_zero_free(t->zero);
 	flow_exec_free(t->exec);
+	flow_boxing_comms_free(t->comms);
+	flow_local_release(&t->local);
 	flow_graph_release(&t->graph);
 	free(t->resumed_path);
 	free(t);
@@ -573,6 +672,14 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 			     " sequences per rank per micro-batch\n",
 			t->dp_size, flow_comm_transport(c->comm),
 			t->local_batch);
+	if (t->localized) {
+		char mesh[FLOW_MESH_TEXT_MAX];
+		flow_mesh_format(&c->plan->mesh, mesh, sizeof mesh);
+		fprintf(out, "# sharded over mesh %s (%s): each rank runs its "
+			     "shards, with %zu boxing ops per micro-batch\n",
+			mesh, c->world ? flow_comm_transport(c->world) : "self",
+			t->local.nboxings);
+	}
 	fprintf(out, "# optimizer adamw lr %g min-lr %g warmup %" PRIu64
 		     " cosine, betas (%g, %g), eps %g, weight-decay %g, "
 		     "clip %g, seed %" PRIu64 "\n",
@@ -619,14 +726,14 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 
 /* ---- steps -------------------------------------------------------------------------- */
 
-/* The sum of a value over the data-parallel ranks, the same bits on
+/* The sum of a value over the ranks of comm (NULL: one), the same bits on
  * every rank: gathered, then added in rank order. */
-static flow_err_t sum_over_ranks(flow_trainer_t *t, double *value,
-				 flow_diag_t *diag)
+static flow_err_t sum_over(flow_comm_t *comm, double *value,
+			   flow_diag_t *diag)
 {
-	if (t->dp_size == 1)
+	if (!comm || flow_comm_size(comm) == 1)
 		return FLOW_OK;
-	size_t n = (size_t)t->dp_size;
+	size_t n = (size_t)flow_comm_size(comm);
 	double *all = calloc(n, sizeof *all);
 	size_t *counts = calloc(n, sizeof *counts);
 	flow_err_t err = FLOW_ERR_NOMEM;
@@ -636,8 +743,7 @@ static flow_err_t sum_over_ranks(flow_trainer_t *t, double *value,
 	}
 	for (size_t r = 0; r < n; r++)
 		counts[r] = sizeof(double);
-	err = flow_all_gather(t->cfg.comm, value, all, counts, FLOW_DTYPE_U8,
-			      diag);
+	err = flow_all_gather(comm, value, all, counts, FLOW_DTYPE_U8, diag);
 	if (err == FLOW_OK) {
 		double sum = 0.0;
 		for (size_t r = 0; r < n; r++)
@@ -650,25 +756,40 @@ out:
 	return err;
 }
 
-static flow_err_t mean_over_ranks(flow_trainer_t *t, double *value,
+/* A pass's mean loss over the step's tokens: summed over the axes where
+ * the losses are partial (the vocabulary split), then averaged over the
+ * data-parallel ranks. */
+static flow_err_t loss_over_ranks(flow_trainer_t *t, double *value,
 				  flow_diag_t *diag)
 {
-	flow_err_t err = sum_over_ranks(t, value, diag);
+	flow_err_t err = flow_exec_error(t->exec, diag);
+	if (err == FLOW_OK && t->localized && t->local.loss_partial_axes) {
+		flow_comm_t *partial;
+		err = flow_boxing_comms_axes(t->comms,
+					     t->local.loss_partial_axes,
+					     &partial, diag);
+		if (err == FLOW_OK)
+			err = sum_over(partial, value, diag);
+	}
+	if (err == FLOW_OK)
+		err = sum_over(t->cfg.comm, value, diag);
 	*value /= (double)t->dp_size;
 	return err;
 }
 
-/* The global gradient norm, clipping applied: over the shards, summed over
- * the ranks once, when the optimizer is sharded; else on this rank. */
+/* The global gradient norm, clipping applied: over the shards (and the
+ * parameters this rank owns), summed over the ranks once, when the state
+ * is sharded; else on this rank. */
 static flow_err_t clip_grad_norm(flow_trainer_t *t, float *norm_out,
 				 flow_diag_t *diag)
 {
-	if (!t->zero->any_split) {
+	if (!t->zero->any_split && !t->localized) {
 		*norm_out = flow_adamw_clip_grad_norm(t->opt, t->cfg.clip);
 		return FLOW_OK;
 	}
 	double ss = flow_zero_grad_sum_squares(t->zero, t->exec);
-	flow_err_t err = sum_over_ranks(t, &ss, diag);
+	flow_err_t err = sum_over(t->localized ? t->cfg.world : t->cfg.comm,
+				  &ss, diag);
 	*norm_out = (float)sqrt(ss);
 	flow_adamw_clip_to_norm(t->opt, *norm_out, t->cfg.clip);
 	return err;
@@ -708,7 +829,7 @@ static int trainer_eval(flow_trainer_t *t, flow_train_row_t *row,
 		sum += flow_exec_forward(t->exec);
 	}
 	double loss = sum / (double)c->eval_batches;
-	if ((err = mean_over_ranks(t, &loss, diag)) != FLOW_OK)
+	if ((err = loss_over_ranks(t, &loss, diag)) != FLOW_OK)
 		return err;
 	double secs = now_seconds() - t0;
 	flow_exec_profile_add(t->exec, "eval", secs, 0);
@@ -764,8 +885,8 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 	}
 	loss /= c->grad_accum;
 	double ts = now_seconds();
-	if ((err = flow_zero_sync_grads(t->zero, c->comm, t->exec, diag)) ||
-	    (err = mean_over_ranks(t, &loss, diag)) != FLOW_OK)
+	if ((err = loss_over_ranks(t, &loss, diag)) != FLOW_OK ||
+	    (err = flow_zero_sync_grads(t->zero, c->comm, t->exec, diag)))
 		return err;
 	if (t->dp_size > 1)
 		flow_exec_profile_add(t->exec, "grad-sync", now_seconds() - ts, 0);

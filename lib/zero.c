@@ -20,14 +20,17 @@ static const flow_plan_tensor_t *plan_tensor(const flow_plan_t *p,
 }
 
 /* Is the nd-SBP of plan tensor t split on the dp axis (true) or
- * replicated (false)?  Anything else is not a ZeRO layout. */
+ * replicated (false)?  Anything else is not a ZeRO layout, except splits
+ * on other axes of a localized graph, which its shapes already are. */
 static flow_err_t dp_split(const flow_plan_t *p, const flow_plan_tensor_t *t,
-			   int dp, bool *split, flow_diag_t *diag)
+			   int dp, bool localized, bool *split,
+			   flow_diag_t *diag)
 {
 	*split = false;
 	for (int a = 0; a < p->mesh.ndim; a++) {
 		flow_sbp_t s = t->sbp.sbp[a];
-		if (s.kind == FLOW_SBP_BROADCAST || p->mesh.dims[a] == 1)
+		if (s.kind == FLOW_SBP_BROADCAST || p->mesh.dims[a] == 1 ||
+		    (a != dp && localized))
 			continue;
 		if (a != dp || s.kind != FLOW_SBP_SPLIT || s.axis != 0) {
 			char text[FLOW_SBP_TEXT_MAX];
@@ -42,7 +45,8 @@ static flow_err_t dp_split(const flow_plan_t *p, const flow_plan_tensor_t *t,
 }
 
 static flow_err_t layout_from_plan(const flow_plan_t *p, const flow_graph_t *g,
-				   flow_zero_param_t *zp, flow_diag_t *diag)
+				   bool localized, flow_zero_param_t *zp,
+				   flow_diag_t *diag)
 {
 	const char *name = g->tensors[zp->tensor].name;
 	char key[FLOW_PLAN_NAME_MAX];
@@ -60,11 +64,15 @@ static flow_err_t layout_from_plan(const flow_plan_t *p, const flow_graph_t *g,
 	int dp = flow_mesh_axis(&p->mesh, "dp");
 	bool v_split;
 	flow_err_t err;
-	if ((err = dp_split(p, param, dp, &zp->param_split, diag)) ||
-	    (err = dp_split(p, grad, dp, &zp->grad_split, diag)) ||
-	    (err = dp_split(p, m, dp, &zp->state_split, diag)) ||
-	    (err = dp_split(p, v, dp, &v_split, diag)))
+	if ((err = dp_split(p, param, dp, localized, &zp->param_split, diag)) ||
+	    (err = dp_split(p, grad, dp, localized, &zp->grad_split, diag)) ||
+	    (err = dp_split(p, m, dp, localized, &zp->state_split, diag)) ||
+	    (err = dp_split(p, v, dp, localized, &v_split, diag)))
 		return err;
+	if (localized && zp->state_split)
+		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
+				     "%s:%zu: '%s' is split on dp: this flow-train runs ZeRO only when dp is the only axis above size 1",
+				     p->path, m->line, m->name);
 	if (v_split != zp->state_split)
 		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
 				     "%s:%zu: '%s' and '%s' differ in layout",
@@ -98,8 +106,8 @@ static void place_shards(const flow_graph_t *g, int dp_rank, int dp_size,
 }
 
 flow_err_t flow_zero_new(const flow_plan_t *plan, const flow_graph_t *g,
-			 int dp_rank, int dp_size, flow_zero_t **zero_out,
-			 flow_diag_t *diag)
+			 const flow_local_t *local, int dp_rank, int dp_size,
+			 flow_zero_t **zero_out, flow_diag_t *diag)
 {
 	flow_zero_t *z = calloc(1, sizeof *z);
 	if (!z)
@@ -121,11 +129,21 @@ flow_err_t flow_zero_new(const flow_plan_t *plan, const flow_graph_t *g,
 		zp->tensor = (int)t;
 		zp->numel = flow_graph_tensor_numel(g, (int)t);
 		zp->count = zp->numel;
-		flow_ckpt_box_whole(&gt->shape, &zp->box);
+		if (local) {
+			zp->box = local->box[t];
+			zp->shape = local->logical[t];
+			zp->owner = flow_local_owns(local, &plan->mesh, (int)t);
+		} else {
+			flow_ckpt_box_whole(&gt->shape, &zp->box);
+			zp->shape = gt->shape;
+			zp->owner = dp_rank == 0;
+		}
+		zp->param_box = zp->box;
 		zp->counts = calloc((size_t)dp_size, sizeof *zp->counts);
 		if (!zp->counts)
 			goto nomem;
-		if (plan && (err = layout_from_plan(plan, g, zp, diag)))
+		if (plan && (err = layout_from_plan(plan, g, local != NULL, zp,
+						    diag)))
 			goto fail;
 		if (zp->state_split) {
 			place_shards(g, dp_rank, dp_size, zp);
@@ -199,7 +217,7 @@ double flow_zero_grad_sum_squares(const flow_zero_t *z, flow_exec_t *exec)
 			flow_exec_tensor(exec, g->tensors[zp->tensor].grad);
 		if (zp->state_split)
 			ss += flow_cpu_sum_squares(grad + zp->begin, zp->count);
-		else if (z->dp_rank == 0)
+		else if (zp->owner)
 			ss += flow_cpu_sum_squares(grad, zp->numel);
 	}
 	return ss;

@@ -52,6 +52,8 @@ typedef struct flow_cluster {
 				 * r / ranks_per_node == s / ranks_per_node */
 	flow_link_t intra;      /* within a node */
 	flow_link_t inter;      /* across nodes */
+	uint64_t memory_bytes;  /* of one rank (its device, or its share of
+				 * the node); 0: unknown, not checked */
 } flow_cluster_t;
 
 /* The built-in profile: 8 ranks per node, intra 5 us / 100 GB/s, inter
@@ -59,8 +61,8 @@ typedef struct flow_cluster {
 FLOW_EXPORT void flow_cluster_default(flow_cluster_t *cluster);
 /* Read a cluster profile (flow(7), CLUSTER PROFILE): '#' comments and
  * lines "ranks_per_node N", "link intra ALPHA_US BETA_GBPS", "link inter
- * ALPHA_US BETA_GBPS"; missing lines keep the defaults.  Errors name the
- * file and line. */
+ * ALPHA_US BETA_GBPS", "memory GIB" (per rank); missing lines keep the
+ * defaults (memory unknown).  Errors name the file and line. */
 FLOW_EXPORT flow_err_t flow_cluster_read(const char *path,
 					 flow_cluster_t *cluster_out,
 					 flow_diag_t *diag) FLOW_MUST_CHECK;
@@ -165,6 +167,47 @@ FLOW_EXPORT flow_err_t flow_boxing_simulate(const flow_boxing_plan_t *plan,
 					    uint64_t *sent_out,
 					    uint64_t *recvd_out,
 					    flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* ---- the distributed executor ------------------------------------------------ */
+
+/* The communicators of a mesh's axis groups, for flow_boxing_run: one per
+ * set of axes a step runs on, split from the world communicator on first
+ * use (flow_comm_mesh_axes), so every rank of the mesh must run the same
+ * plans in the same order (as ranks executing one training graph do). */
+typedef struct flow_boxing_comms flow_boxing_comms_t;
+struct flow_comm;
+
+/* For mesh, whose ranks are ranks of world (mesh->base and strides map
+ * mesh positions to world ranks); this rank must be on the mesh.  Free
+ * with flow_boxing_comms_free(). */
+FLOW_EXPORT flow_err_t flow_boxing_comms_new(struct flow_comm *world,
+					     const flow_mesh_t *mesh,
+					     flow_boxing_comms_t **comms_out,
+					     flow_diag_t *diag) FLOW_MUST_CHECK;
+FLOW_EXPORT void flow_boxing_comms_free(flow_boxing_comms_t *comms);
+/* The communicator of the group of axes_mask (bit i: axis i of the mesh)
+ * holding this rank, made on first use as above; borrowed. */
+FLOW_EXPORT flow_err_t flow_boxing_comms_axes(flow_boxing_comms_t *comms,
+					      unsigned axes_mask,
+					      struct flow_comm **comm_out,
+					      flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+
+/* Run plan on this rank, which every rank of the plan's mesh calls with
+ * the same plan: src holds this rank's piece in (plan->src_mesh,
+ * plan->src), row-major, plan->dtype (f32, or any dtype the CPU
+ * communicator can reduce when a step sums); dst receives its piece in
+ * (plan->dst_mesh, plan->dst).  src and dst must not overlap; an empty
+ * plan copies.  Sums are those of the communicator (flow/comm.h), so the
+ * same bits on every rank of a group.  plan->src_mesh must equal
+ * plan->dst_mesh and the comms' mesh (FLOW_ERR_USAGE otherwise);
+ * FLOW_ERR_NOTSUP for a send/recv or broadcast step, which plans between
+ * layouts of one mesh do not need; FLOW_ERR_PEER/TIMEOUT as the
+ * collectives give them. */
+FLOW_EXPORT flow_err_t flow_boxing_run(const flow_boxing_plan_t *plan,
+				       flow_boxing_comms_t *comms,
+				       const void *src, void *dst,
+				       flow_diag_t *diag) FLOW_MUST_CHECK;
 
 #ifdef __cplusplus
 }

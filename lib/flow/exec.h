@@ -50,6 +50,13 @@ FLOW_EXPORT void *flow_exec_tensor(flow_exec_t *exec, int t);
 /* Fill every parameter from its init spec (flow/graph.h, flow_init_t)
  * with the given seed. */
 FLOW_EXPORT void flow_exec_init_params(flow_exec_t *exec, uint64_t seed);
+/* The same for a graph of shards (flow/localize.h): parameter t holds the
+ * box boxes[t] of a logical tensor of shape logical[t], and each element
+ * gets the value of its logical index, so the shards of all ranks are the
+ * one-rank parameters. */
+FLOW_EXPORT void flow_exec_init_params_boxes(flow_exec_t *exec, uint64_t seed,
+					     const flow_box_t *boxes,
+					     const flow_shape_t *logical);
 
 /* Gradient scale of the loss: the cross-entropy writes
  * dlogits = scale * (softmax - onehot) per token.  The trainer sets
@@ -66,6 +73,25 @@ FLOW_EXPORT double flow_exec_forward(flow_exec_t *exec);
 FLOW_EXPORT void flow_exec_backward(flow_exec_t *exec);
 /* Set every parameter gradient to zero. */
 FLOW_EXPORT void flow_exec_zero_param_grads(flow_exec_t *exec);
+
+/* ---- distributed graphs ------------------------------------------------ */
+
+struct flow_boxing_plan;
+struct flow_boxing_comms;
+
+/* For a localized graph (flow/localize.h): its boxing ops' plans (op
+ * attrs.boxing indexes plans[0..n)), and the communicators of the mesh
+ * they and the split ops (attrs.split_axes) run on.  Borrowed for the
+ * executor's life. */
+FLOW_EXPORT void flow_exec_set_dist(flow_exec_t *exec,
+				    const struct flow_boxing_plan *plans,
+				    size_t n,
+				    struct flow_boxing_comms *comms);
+/* A pass of a distributed graph stops at the first failed collective (a
+ * peer that died or timed out): FLOW_OK, or that error with its message
+ * in diag.  Sticky: the executor runs nothing more. */
+FLOW_EXPORT flow_err_t flow_exec_error(const flow_exec_t *exec,
+				       flow_diag_t *diag);
 
 /* ---- profile ------------------------------------------------------------ */
 

@@ -28,6 +28,7 @@
 #include <flow/ckpt.h>
 #include <flow/train.h>
 #include <flow/zero.h>
+#include <flow/localize.h>
 #include <flow/sbp.h>
 #include <flow/boxing.h>
 #include <flow/signature.h>

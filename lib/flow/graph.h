@@ -89,6 +89,15 @@ typedef struct flow_op_attrs {
 	uint32_t heads;    /* attention: number of heads */
 	uint32_t vocab;    /* cross-entropy: real vocabulary V (the logits'
 			    * last dimension Vp >= V is padded) */
+	/* A rank's share of a distributed op (flow/localize.h); 0 in a
+	 * one-rank graph: */
+	int64_t row_start; /* embedding (and its backward): the first
+			    * vocabulary row of the wte shard held; cross-
+			    * entropy: the first logits column held */
+	uint32_t split_axes; /* cross-entropy: the mesh axes (bit i: axis i)
+			      * over which the logits' classes are split,
+			      * each rank holding its columns; 0: whole */
+	uint32_t boxing;   /* boxing: its plan in the executor's table */
 } flow_op_attrs_t;
 
 /* The op kinds (flow/ops.h defines each). */
@@ -112,9 +121,12 @@ typedef enum {
 	FLOW_OP_ATTENTION_BACKWARD = 10,
 	FLOW_OP_GELU_BACKWARD = 11,
 	FLOW_OP_ADD_BACKWARD = 12,
+	FLOW_OP_BOXING = 13,       /* (x) -> out: the same logical tensor in
+				    * another layout (flow/localize.h);
+				    * in either pass, no gradient rule */
 } flow_op_kind_t;
 
-#define FLOW_OP_KIND_COUNT 13
+#define FLOW_OP_KIND_COUNT 14
 
 typedef struct flow_graph_op {
 	flow_op_kind_t kind;

@@ -145,7 +145,8 @@ typedef struct flow_plan_summary {
  * op and tensor (and each parameter's adamw.m and adamw.v) once, no
  * other; each tensor's nd-SBP valid for its shape (flow_nd_sbp_check);
  * each op's SBPs a signature of it (flow_sig_check); every place an op's
- * SBP differs from its tensor's layout converted by a boxing plan.
+ * SBP differs from its tensor's layout converted by a boxing plan; the
+ * per-rank memory within the cluster's memory when it gives one.
  * cluster (NULL: flow_cluster_default) prices the boxings.  Returns
  * FLOW_OK and fills *summary_out (may be NULL), or FLOW_ERR_FORMAT with
  * "PATH:LINE: message" naming the tensor or op. */

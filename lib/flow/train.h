@@ -59,6 +59,11 @@ typedef struct flow_train_config {
 	 * its ZeRO shards (flow/zero.h); with shards every rank writes its
 	 * own part of each checkpoint and rank 0 commits it. */
 	const flow_plan_t *plan;
+	/* Every rank of the job (NULL: one rank).  A plan with an axis
+	 * other than dp above size 1 (tensor parallelism) runs each rank's
+	 * graph of shards (flow/localize.h) with boxing through it; comm is
+	 * then the plan's dp group (NULL without one). */
+	flow_comm_t *world;
 } flow_train_config_t;
 
 /* Defaults: B 4, T = model seq (set by flow_trainer_new when 0), K 1,

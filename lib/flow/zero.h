@@ -16,12 +16,14 @@
  *                checkpoints too) and is all-gathered before the next
  *                forward pass (ZeRO 3).
  * A gradient or parameter split requires split moments (the update reads
- * the shard).  Every other axis of the plan's mesh must have size 1. */
+ * the shard).  On a graph localized for other axes (flow/localize.h) the
+ * parameters are the local shards, and ZeRO must be off. */
 #ifndef FLOW_ZERO_H
 #define FLOW_ZERO_H
 
 #include <flow/comm.h>
 #include <flow/exec.h>
+#include <flow/localize.h>
 #include <flow/plan.h>
 
 #ifdef __cplusplus
@@ -37,7 +39,14 @@ typedef struct flow_zero_param {
 	size_t begin, count;  /* this rank's shard, in elements (the whole
 			       * tensor when nothing is split) */
 	size_t *counts;       /* every dp rank's shard, in elements */
-	flow_box_t box;       /* this rank's shard as a box of the tensor */
+	flow_box_t box;       /* this rank's shard as a box of the logical
+			       * tensor */
+	flow_box_t param_box; /* the box this rank's parameter buffer holds
+			       * (the whole tensor, unless localized) */
+	flow_shape_t shape;   /* the logical tensor's */
+	bool owner;           /* this rank holds the first replica of its
+			       * unsplit part: it writes it to checkpoints and
+			       * counts it in the gradient norm */
 } flow_zero_param_t;
 
 typedef struct flow_zero {
@@ -50,13 +59,16 @@ typedef struct flow_zero {
 } flow_zero_t;
 
 /* The layout of every parameter of g for data-parallel rank dp_rank of
- * dp_size, from plan (NULL: everything replicated).  FLOW_ERR_NOTSUP,
- * "PATH:LINE: ..." naming the plan's tensor line, for a layout this
- * runtime cannot execute (a split other than S(0) on dp, a split
- * gradient or parameter with replicated moments, m and v differing).
- * Free with flow_zero_free(). */
+ * dp_size, from plan (NULL: everything replicated).  local (NULL: g is
+ * the global graph) gives g's parameters' boxes and which of them this
+ * rank owns, on plan's mesh.  FLOW_ERR_NOTSUP, "PATH:LINE: ..." naming the
+ * plan's tensor line, for a layout this runtime cannot execute (a split
+ * other than S(0) on dp, a split gradient or parameter with replicated
+ * moments, m and v differing, ZeRO on a localized graph).  Free with
+ * flow_zero_free(). */
 FLOW_EXPORT flow_err_t flow_zero_new(const flow_plan_t *plan,
-				     const flow_graph_t *g, int dp_rank,
+				     const flow_graph_t *g,
+				     const flow_local_t *local, int dp_rank,
 				     int dp_size, flow_zero_t **zero_out,
 				     flow_diag_t *diag) FLOW_MUST_CHECK;
 FLOW_EXPORT void flow_zero_free(flow_zero_t *z);
@@ -73,8 +85,8 @@ FLOW_EXPORT flow_err_t flow_zero_sync_grads(flow_zero_t *z, flow_comm_t *comm,
 					    flow_diag_t *diag) FLOW_MUST_CHECK;
 
 /* This rank's part of the squared L2 norm of the gradients (after the
- * sync): its shards of split ones, and on dp rank 0 the whole of the
- * others, so that the sum over the ranks counts every element once. */
+ * sync): its shards of split ones, and the others where it is the owner,
+ * so that the sum over all the ranks counts every element once. */
 FLOW_EXPORT double flow_zero_grad_sum_squares(const flow_zero_t *z,
 					      flow_exec_t *exec);
 

@@ -30,7 +30,10 @@ static flow_err_t cross_entropy_infer(const flow_graph_t *g,
 	if (!flow_shape_equal(flow_op_in_shape(g, op, TARGETS), &rows))
 		return flow_op_mismatch(g, op, TARGETS, LOGITS, diag, "%s",
 					flow_shape_text(&rows).s);
-	if (op->attrs.vocab == 0 || op->attrs.vocab > Vp)
+	/* Split over ranks (attrs.split_axes), the logits hold columns
+	 * [row_start, row_start + Vp) of the whole padded vocabulary. */
+	if (op->attrs.vocab == 0 ||
+	    (!op->attrs.split_axes && op->attrs.vocab > Vp))
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "%s: vocab %u is outside [1, Vp %lld]",
 				     op->name, op->attrs.vocab, (long long)Vp);
@@ -69,8 +72,11 @@ static double cross_entropy_flops(const flow_graph_t *g,
 				  const flow_graph_op_t *op)
 {
 	const flow_shape_t *x = flow_op_in_shape(g, op, LOGITS);
+	int64_t cols = x->ndim ? x->dims[x->ndim - 1] : 1;
+	int64_t real = (int64_t)op->attrs.vocab - op->attrs.row_start;
 
-	return 5.0 * (double)flow_shape_rows(x) * op->attrs.vocab;
+	real = real < 0 ? 0 : real < cols ? real : cols;
+	return 5.0 * (double)flow_shape_rows(x) * (double)real;
 }
 
 const flow_op_info_t flow_op_cross_entropy_info = {

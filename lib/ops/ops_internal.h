@@ -48,12 +48,15 @@ extern const flow_op_info_t flow_op_gelu_backward_info;
 extern const flow_op_info_t flow_op_add_info;
 extern const flow_op_info_t flow_op_add_backward_info;
 extern const flow_op_info_t flow_op_cross_entropy_info;
+extern const flow_op_info_t flow_op_boxing_info;
 
 /* The info of kind; NULL for an unknown kind. */
 const flow_op_info_t *flow_op_info(flow_op_kind_t kind);
 
 /* Whether kind is one of the *_BACKWARD kinds. */
 bool flow_op_kind_is_backward(flow_op_kind_t kind);
+/* Whether an op of kind may sit in either pass (boxing). */
+bool flow_op_kind_is_neutral(flow_op_kind_t kind);
 
 /* ---- for shape rules ---------------------------------------------------- */
 
@@ -236,6 +239,13 @@ flow_err_t flow_sig_adjoint(const flow_sig_query_t *fwd_query,
 	FLOW_MUST_CHECK;
 
 /* ---- graph internals shared by graph.c, autograd.c and memplan.c -------- */
+
+/* Append op as given (kind, name, attrs, forward op, tensor indices of
+ * g), for rewrites that build a graph op by op (lib/localize.c): checks
+ * the indices and counts only, flow_graph_validate the rest.  Marks each
+ * output's producer when it has none.  Returns the index or <0. */
+int flow_graph_append_op(flow_graph_t *g, const flow_graph_op_t *op,
+			 flow_diag_t *diag);
 
 /* Append a tensor with every field set from the arguments (producer,
  * grad, grad_of, alias_of -1; requires_grad false; no init): returns its

@@ -22,6 +22,7 @@ static const flow_op_info_t *const op_infos[FLOW_OP_KIND_COUNT] = {
 	[FLOW_OP_ATTENTION_BACKWARD] = &flow_op_attention_backward_info,
 	[FLOW_OP_GELU_BACKWARD] = &flow_op_gelu_backward_info,
 	[FLOW_OP_ADD_BACKWARD] = &flow_op_add_backward_info,
+	[FLOW_OP_BOXING] = &flow_op_boxing_info,
 };
 
 const flow_op_info_t *flow_op_info(flow_op_kind_t kind)
@@ -41,7 +42,12 @@ const flow_op_def_t *flow_op_def(flow_op_kind_t kind)
 bool flow_op_kind_is_backward(flow_op_kind_t kind)
 {
 	return kind >= FLOW_OP_EMBEDDING_BACKWARD &&
-	       kind < FLOW_OP_KIND_COUNT;
+	       kind <= FLOW_OP_ADD_BACKWARD;
+}
+
+bool flow_op_kind_is_neutral(flow_op_kind_t kind)
+{
+	return kind == FLOW_OP_BOXING;
 }
 
 flow_err_t flow_op_kind_parse(const char *name, flow_op_kind_t *kind_out,

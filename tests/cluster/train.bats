@@ -168,10 +168,10 @@ dp_plan() {
 	[[ "$stderr" == *"flow-train: dp.plan:3: mesh '2:dp' has 2 ranks, not the world size 4"* ]]
 }
 
-@test "flow-train refuses a tensor-parallel plan it cannot run yet, naming the axis" {
-	flow-plan --model "$MODEL" --mesh 2 --axes tp --batch 4 --seq-len 32 >tp.plan
-	run -1 --separate-stderr flow-train --nproc 2 --plan tp.plan --data "$DATA" --steps 2
-	[[ "$stderr" == *"flow-train: tp.plan:3: axis 'tp' has 2 ranks: this flow-train runs data-parallel plans only"* ]]
+@test "flow-train refuses ZeRO together with tensor parallelism, naming the line" {
+	flow-plan --model "$MODEL" --mesh 2x2 --axes dp,tp --batch 4 --seq-len 32 --zero 1 >zt.plan
+	run -1 --separate-stderr flow-train --nproc 4 --plan zt.plan --data "$DATA" --steps 2
+	[[ "${stderr_lines[0]}" =~ ^flow-train:\ zt.plan:[0-9]+:\ \'adamw.m/wte\'\ is\ split\ on\ dp:\ this\ flow-train\ runs\ ZeRO\ only\ when\ dp\ is\ the\ only\ axis\ above\ size\ 1$ ]]
 }
 
 @test "flow-train --plan takes the model and batch from the plan only" {
@@ -310,4 +310,104 @@ assert_zero_parity() {
 	# The checkpoint that is whole still resumes.
 	flow-train --nproc 4 --plan zero1.plan --steps 20 --warmup 5 --lr 3e-3 --clip 0.5 \
 		--peak-gflops 0 --data "$DATA" --resume ck1/step-00000020 >/dev/null
+}
+
+# ---- tensor parallelism: Megatron layouts on tp, alone and with dp --------------------
+
+# 20 steps from the standard plan of mesh $1 on axes $2 (world = the mesh's
+# ranks), a checkpoint every 10 steps in ck-$3: the rows in $3.tsv.
+mesh_run() {
+	flow-plan --model "$MODEL" --mesh "$1" --axes "$2" --batch 4 --seq-len 32 \
+		--grad-accum 2 >"$3.plan"
+	local n=$(( ${1%%x*} * ${1#*x} ))
+	[[ "$1" == *x* ]] || n=$1
+	run -0 --separate-stderr flow-train --nproc "$n" --plan "$3.plan" \
+		--steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20 \
+		--data "$DATA" --ckpt-dir "ck-$3" --ckpt-every 10
+	printf '%s\n' "$output" >"$3.tsv"
+}
+
+# The run $1 (mesh_run's name) against one rank: losses and, after 20
+# steps, parameters and moments within 1e-5.
+assert_mesh_parity() {
+	one_rank_ckpt
+	assert_losses_close "$1.tsv" 1e-5
+	"$CKPT_CLOSE" "$ONE_CKPT" "ck-$1/step-00000020" 1e-5 "${KEY_BIAS[@]}"
+}
+
+@test "tensor parallel on 2 ranks: the one-rank losses and parameters" {
+	mesh_run 2 tp tp2
+	grep -q '^# sharded over mesh 2:tp (shm): each rank runs its shards, with [0-9]* boxing ops' tp2.tsv
+	assert_mesh_parity tp2
+	# The vocabulary-parallel embedding: wte's rows split over tp.
+	grep -q '^tensor wte f32 (256,32) 2 (S(0))$' ck-tp2/step-00000020/manifest
+	grep -q '^tensor h.0.mlp.c_proj.weight f32 (32,128) 2 (S(1))$' ck-tp2/step-00000020/manifest
+}
+
+@test "2x2 mesh, data and tensor parallel: the one-rank losses and parameters" {
+	mesh_run 2x2 dp,tp mesh22
+	grep -q '^# data parallel over 2 ranks' mesh22.tsv
+	grep -q '^# sharded over mesh 2x2:dp,tp' mesh22.tsv
+	assert_mesh_parity mesh22
+	grep -q '^tensor wte f32 (256,32) 2x2 (B,S(0))$' ck-mesh22/step-00000020/manifest
+}
+
+@test "tensor parallel on 3 ranks: dimensions the mesh does not divide" {
+	# 256 vocabulary rows, 128 MLP rows and 32 columns over 3 ranks.
+	mesh_run 3 tp tp3
+	assert_mesh_parity tp3
+	grep -q '^shard wte 0 0:86,0:32 rank-00000.bin ' ck-tp3/step-00000020/manifest
+	grep -q '^shard h.0.mlp.c_fc.weight 2 86:128,0:32 rank-00002.bin ' ck-tp3/step-00000020/manifest
+}
+
+@test "2x2 mesh: kill -9 of a rank, then --resume latest reproduces the run bit for bit" {
+	mesh_run 2x2 dp,tp full
+	PLAN=(--plan full.plan --steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0
+		--comm-timeout 20 --data "$DATA" --ckpt-dir ck --ckpt-every 2)
+	flow-train --nproc 4 "${PLAN[@]}" >killed.tsv 2>killed.err &
+	local launcher=$! victim= i
+	for i in $(seq 1 300); do
+		[ -f ck/step-00000002/manifest ] && break
+		sleep 0.02
+	done
+	sleep "0.0$((RANDOM % 10))"
+	victim=$(pgrep -P "$launcher" -f 'flow-train' | shuf -n 1 || true)
+	[ -n "$victim" ] || skip "the run ended before a rank could be killed"
+	kill -9 "$victim"
+	local status=0
+	wait "$launcher" || status=$?
+	[ "$status" -ne 0 ]
+	run -0 --separate-stderr flow-train --nproc 4 "${PLAN[@]}" --resume latest
+	printf '%s\n' "$output" >resumed.tsv
+	local from
+	from=$(sed -n 's/^# resumed from .* (step \([0-9]*\))$/\1/p' resumed.tsv)
+	[ -n "$from" ] && [ "$from" -ge 2 ]
+	diff <(numbers full.tsv | tail -n $((20 - from))) <(numbers resumed.tsv)
+}
+
+@test "a 2x2 checkpoint resumes on one rank without a plan" {
+	mesh_run 2x2 dp,tp m
+	flow-train "${TRAIN[@]}" --data "$DATA" --resume ck-m/step-00000010 >one-rank.tsv
+	numbers one-rank.tsv >got.rows
+	numbers "$ONE" | tail -n 10 >want.rows
+	rows_close got.rows want.rows 1e-5
+}
+
+@test "a 2x2 plan under mpirun and under srun across two nodes" {
+	flow-plan --model "$MODEL" --mesh 2x2 --axes dp,tp --batch 4 --seq-len 32 --grad-accum 2 >m.plan
+	PLAN=(--plan m.plan --steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20
+		--data "$DATA")
+	flow-train --nproc 4 "${PLAN[@]}" >nproc.tsv
+	if command -v mpirun >/dev/null; then
+		run -0 --separate-stderr timeout 120 mpirun --allow-run-as-root --oversubscribe \
+			-x OMP_NUM_THREADS -x LSAN_OPTIONS -n 4 "$(command -v flow-train)" "${PLAN[@]}"
+		printf '%s\n' "$output" >mpirun.tsv
+		diff <(numbers nproc.tsv) <(numbers mpirun.tsv)
+	fi
+	use_slurm SLURM2
+	run -0 --separate-stderr timeout "$LAUNCH_TIMEOUT" srun -N 2 --ntasks-per-node=2 \
+		--mpi=pmix "$(command -v flow-train)" "${PLAN[@]}"
+	printf '%s\n' "$output" >srun.tsv
+	grep -q '^# sharded over mesh 2x2:dp,tp (tcp)' srun.tsv
+	assert_losses_close srun.tsv 1e-5
 }

@@ -1044,8 +1044,8 @@ static void test_signature_query_of_gpt_ops(void **state)
 		assert_true(total >= 4);
 		kinds_seen[g.ops[i].kind]++;
 	}
-	for (int k = 0; k < FLOW_OP_KIND_COUNT; k++)
-		assert_true(kinds_seen[k] > 0);
+	for (int k = 0; k < FLOW_OP_KIND_COUNT; k++) /* boxing: localized */
+		assert_true(kinds_seen[k] > 0 || k == FLOW_OP_BOXING);
 
 	/* The first layer's attention projection: matmul with a bias. */
 	int op = g.tensors[flow_graph_find(&g, "h.0.attn.c_attn.out")].producer;

@@ -44,7 +44,7 @@ static flow_zero_t *zero_of(const flow_plan_t *p, const flow_graph_t *g,
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_zero_t *z = NULL;
 
-	if (flow_zero_new(p, g, rank, size, &z, &diag))
+	if (flow_zero_new(p, g, NULL, rank, size, &z, &diag))
 		fail_msg("%s", diag.msg);
 	return z;
 }
@@ -181,7 +181,7 @@ static void test_refused_layouts(void **state)
 		if (strcmp(t->name, "adamw.m/wte") == 0)
 			t->sbp.sbp[0] = (flow_sbp_t){ FLOW_SBP_SPLIT, 1 };
 	}
-	assert_int_equal(flow_zero_new(p, &g, 0, 2, &z, &diag),
+	assert_int_equal(flow_zero_new(p, &g, NULL, 0, 2, &z, &diag),
 			 FLOW_ERR_NOTSUP);
 	assert_non_null(strstr(diag.msg, "'adamw.m/wte' is (S(1)): this flow-train shards only dimension 0 on dp"));
 	assert_non_null(strstr(diag.msg, p->path));
@@ -192,7 +192,7 @@ static void test_refused_layouts(void **state)
 			t->sbp.sbp[0] = (flow_sbp_t){ FLOW_SBP_BROADCAST, 0 };
 	}
 	diag = (flow_diag_t)FLOW_DIAG_INIT;
-	assert_int_equal(flow_zero_new(p, &g, 0, 2, &z, &diag),
+	assert_int_equal(flow_zero_new(p, &g, NULL, 0, 2, &z, &diag),
 			 FLOW_ERR_NOTSUP);
 	assert_non_null(strstr(diag.msg, "'wte.grad' is split on dp but its optimizer state"));
 	flow_graph_release(&g);
