@@ -3,6 +3,9 @@
  * communicator of the step's mesh axes.  It does to each piece what the
  * reference executor (boxing_sim.c) does, with the same member boxes
  * (boxing_internal.h), so the tests can take that one as the oracle.
+ * A send/recv within the mesh is one all-to-all over all its axes, each
+ * block the slice intersection the send/recv rule assigns to that pair,
+ * with zero-element blocks between the pairs it leaves out.
  *
  * A collective moves blocks that are contiguous in rank order; the
  * pieces of a split along dimension k > 0 are strided, so they are packed
@@ -47,6 +50,8 @@ typedef struct step_run {
 	size_t k;           /* step number, from 1, for messages */
 	flow_dtype_t dtype;
 	size_t esize;
+	unsigned axes;      /* of the group: the step's, or for a send/recv
+			     * all the mesh's, so member q is position q */
 	int64_t p, q;       /* group size, this rank's member number */
 	flow_comm_t *comm;  /* the group's, for a collective */
 	const void *in;     /* laid out as from[q] */
@@ -191,7 +196,7 @@ flow_err_t flow_boxing_comms_axes(flow_boxing_comms_t *c, unsigned axes_mask,
  * would reach the wrong members. */
 static flow_err_t group_comm(step_run_t *r)
 {
-	flow_err_t err = flow_boxing_comms_axes(r->c, r->st->axes, &r->comm,
+	flow_err_t err = flow_boxing_comms_axes(r->c, r->axes, &r->comm,
 						r->diag);
 	if (err != FLOW_OK)
 		return err;
@@ -276,21 +281,33 @@ static bool blocks_fill(const flow_box_t *whole, const flow_box_t *box,
 }
 
 /* Copy the blocks box[m] of buf (laid out as whole) into packed, back to
- * back in member order; or (unpack) the other way. */
-static void blocks_move(const step_run_t *r, void *buf, const flow_box_t *whole,
-			const flow_box_t *box, const size_t *count,
-			void *packed, bool unpack)
+ * back in member order. */
+static void blocks_pack(const step_run_t *r, const void *buf,
+			const flow_box_t *whole, const flow_box_t *box,
+			const size_t *count, void *packed)
 {
 	char *at = packed;
 	for (int64_t m = 0; m < r->p; m++) {
 		if (count[m] == 0)
 			continue;
-		if (unpack)
-			boxing_move_region(r->dtype, at, &box[m], buf, whole,
-					   &box[m], false);
-		else
-			boxing_move_region(r->dtype, buf, whole, at, &box[m],
-					   &box[m], false);
+		boxing_move_region(r->dtype, buf, whole, at, &box[m], &box[m],
+				   false);
+		at += count[m] * r->esize;
+	}
+}
+
+/* The other way: the blocks of packed into buf, in member order (add:
+ * added, as boxing_move_region adds). */
+static void blocks_unpack(const step_run_t *r, const void *packed,
+			  const flow_box_t *box, const size_t *count,
+			  void *buf, const flow_box_t *whole, bool add)
+{
+	const char *at = packed;
+	for (int64_t m = 0; m < r->p; m++) {
+		if (count[m] == 0)
+			continue;
+		boxing_move_region(r->dtype, at, &box[m], buf, whole, &box[m],
+				   add);
 		at += count[m] * r->esize;
 	}
 }
@@ -327,7 +344,7 @@ static flow_err_t run_reduce_scatter(step_run_t *r)
 					 &pack);
 		if (err != FLOW_OK)
 			return err;
-		blocks_move(r, (void *)r->in, whole, c->to, counts, pack, false);
+		blocks_pack(r, r->in, whole, c->to, counts, pack);
 		send = pack;
 	}
 	return flow_reduce_scatter(r->comm, send, r->out, counts, r->dtype,
@@ -351,46 +368,77 @@ static flow_err_t run_all_gather(step_run_t *r)
 		err = flow_all_gather(r->comm, r->in, recv, counts, r->dtype,
 				      r->diag);
 	if (err == FLOW_OK && !direct)
-		blocks_move(r, r->out, whole, c->from, counts, recv, true);
+		blocks_unpack(r, recv, c->from, counts, r->out, whole, false);
 	return err;
 }
 
-/* S(i) -> S(j): to member m goes the part of this rank's piece that m
- * holds afterwards; from m comes the part of m's piece this rank holds. */
-static flow_err_t run_all_to_all(step_run_t *r)
+/* The blocks of an all-to-all: to member m goes the part of this rank's
+ * piece that m holds afterwards, from m comes the part of m's piece this
+ * rank holds afterwards; in a send/recv, only where the send/recv rule
+ * pairs the two positions (member m is position m there, and the source
+ * and destination meshes are one). */
+static void exchange_cuts(step_run_t *r)
+{
+	flow_boxing_comms_t *c = r->c;
+	const flow_boxing_step_t *st = r->st;
+	bool rule = st->kind == FLOW_BOXING_SEND_RECV;
+	const flow_box_t *have = &c->from[r->q], *need = &c->to[r->q];
+	int64_t q = r->q;
+	for (int64_t m = 0; m < r->p; m++) {
+		bool to_m = rule ? boxing_send_recv_cut(st, q, have, m, m, &c->to[m],
+							&c->send_cut[m]) :
+				   boxing_box_intersect(have, &c->to[m], &c->send_cut[m]);
+		bool from_m = rule ? boxing_send_recv_cut(st, m, &c->from[m], q, q,
+							  need, &c->recv_cut[m]) :
+				     boxing_box_intersect(&c->from[m], need, &c->recv_cut[m]);
+		c->send_counts[m] = to_m ? (size_t)boxing_box_numel(&c->send_cut[m]) : 0;
+		c->recv_counts[m] = from_m ? (size_t)boxing_box_numel(&c->recv_cut[m]) : 0;
+	}
+}
+
+/* S(i) -> S(j), and send/recv within the mesh.  A send/recv from P
+ * layouts sums the addends that arrive into zeros in member (position)
+ * order, as the reference executor does, so the bits match. */
+static flow_err_t run_exchange(step_run_t *r)
 {
 	flow_boxing_comms_t *c = r->c;
 	const flow_box_t *have = &c->from[r->q], *need = &c->to[r->q];
+	bool add = r->st->kind == FLOW_BOXING_SEND_RECV &&
+		   boxing_send_recv_sums(r->st);
 	const void *send = r->in;
 	void *recv = r->out;
-	for (int64_t m = 0; m < r->p; m++) {
-		c->send_counts[m] = boxing_box_intersect(have, &c->to[m], &c->send_cut[m]) ?
-					    (size_t)boxing_box_numel(&c->send_cut[m]) : 0;
-		c->recv_counts[m] = boxing_box_intersect(&c->from[m], need, &c->recv_cut[m]) ?
-					    (size_t)boxing_box_numel(&c->recv_cut[m]) : 0;
-	}
+	exchange_cuts(r);
+	size_t nrecv = sum_counts(c->recv_counts, r->p);
 	bool direct_send = blocks_fill(have, c->send_cut, c->send_counts, r->p);
-	bool direct_recv = blocks_fill(need, c->recv_cut, c->recv_counts, r->p);
+	bool direct_recv = !add && blocks_fill(need, c->recv_cut, c->recv_counts,
+					       r->p);
 	flow_err_t err = FLOW_OK;
 	if (!direct_send) {
 		void *pack;
 		err = scratch(r, SCRATCH_PACK, sum_counts(c->send_counts, r->p),
 			      &pack);
 		if (err == FLOW_OK)
-			blocks_move(r, (void *)r->in, have, c->send_cut,
-				    c->send_counts, pack, false);
+			blocks_pack(r, r->in, have, c->send_cut, c->send_counts,
+				    pack);
 		send = pack;
 	}
 	if (err == FLOW_OK && !direct_recv)
-		err = scratch(r, SCRATCH_UNPACK, sum_counts(c->recv_counts, r->p),
-			      &recv);
+		err = scratch(r, SCRATCH_UNPACK, nrecv, &recv);
 	if (err == FLOW_OK)
 		err = flow_all_to_all(r->comm, send, c->send_counts, recv,
 				      c->recv_counts, r->dtype, r->diag);
-	if (err == FLOW_OK && !direct_recv)
-		blocks_move(r, r->out, need, c->recv_cut, c->recv_counts, recv,
-			    true);
-	return err;
+	if (err != FLOW_OK || direct_recv)
+		return err;
+	/* What no block covers stays zero, as in the reference executor. */
+	if (add || nrecv != (size_t)boxing_box_numel(need)) {
+		size_t bytes = 0;
+		err = box_bytes(r, need, &bytes);
+		if (err != FLOW_OK)
+			return err;
+		memset(r->out, 0, bytes);
+	}
+	blocks_unpack(r, recv, c->recv_cut, c->recv_counts, r->out, need, add);
+	return FLOW_OK;
 }
 
 /* Slice, zero-fill and pad-zero: keep what the piece after shares with
@@ -417,6 +465,8 @@ static flow_err_t run_local(step_run_t *r)
 
 /* ---- plans ----------------------------------------------------------------------- */
 
+/* Steps the communicator sums; a send/recv adds on the receiver, with
+ * boxing_move_region, which knows every dtype. */
 static bool step_sums(flow_boxing_kind_t kind)
 {
 	return kind == FLOW_BOXING_ALL_REDUCE || kind == FLOW_BOXING_REDUCE_SCATTER;
@@ -444,8 +494,8 @@ static flow_err_t plan_check(const flow_boxing_plan_t *plan,
 				     plan->nsteps, FLOW_BOXING_MAX_STEPS);
 	for (size_t k = 0; k < plan->nsteps; k++) {
 		const flow_boxing_step_t *st = &plan->steps[k];
-		if (st->kind == FLOW_BOXING_BROADCAST ||
-		    st->kind == FLOW_BOXING_SEND_RECV)
+		/* flow_boxing_plan never emits one; a hand-made plan may. */
+		if (st->kind == FLOW_BOXING_BROADCAST)
 			return flow_diag_set(diag, FLOW_ERR_NOTSUP,
 					     "boxing step %zu: the distributed executor does not run '%s' steps",
 					     k + 1, flow_boxing_kind_name(st->kind));
@@ -458,7 +508,8 @@ static flow_err_t plan_check(const flow_boxing_plan_t *plan,
 			return flow_diag_set(diag, FLOW_ERR_USAGE,
 					     "boxing step %zu: runs on another mesh than '%s'",
 					     k + 1, text);
-		if (st->axes == 0 || st->axes >= (1u << c->mesh.ndim))
+		if (st->kind != FLOW_BOXING_SEND_RECV &&
+		    (st->axes == 0 || st->axes >= (1u << c->mesh.ndim)))
 			return flow_diag_set(diag, FLOW_ERR_USAGE,
 					     "boxing step %zu: axes 0x%x are not axes of mesh '%s'",
 					     k + 1, st->axes, text);
@@ -473,17 +524,21 @@ static flow_err_t plan_check(const flow_boxing_plan_t *plan,
 }
 
 /* This rank's place in its group of the step's axes, and every member's
- * boxes before and after, as the reference executor computes them. */
+ * boxes before and after, as the reference executor computes them.  The
+ * group of a send/recv is the whole mesh, so its members are the mesh
+ * positions in order. */
 static void step_load(step_run_t *r)
 {
 	flow_boxing_comms_t *c = r->c;
 	const flow_boxing_step_t *st = r->st;
 	int64_t leader;
-	r->q = boxing_group_place(&st->mesh, st->axes, c->index, &leader);
-	r->p = boxing_group_size(&st->mesh, st->axes);
+	r->axes = st->kind == FLOW_BOXING_SEND_RECV ? (1u << st->mesh.ndim) - 1 :
+						      st->axes;
+	r->q = boxing_group_place(&st->mesh, r->axes, c->index, &leader);
+	r->p = boxing_group_size(&st->mesh, r->axes);
 	for (int64_t m = 0; m < r->p; m++)
-		(void)boxing_member_boxes(r->shape, st, leader, m, &c->from[m],
-					  &c->to[m]);
+		(void)boxing_member_boxes(r->shape, st, r->axes, leader, m,
+					  &c->from[m], &c->to[m]);
 }
 
 static flow_err_t run_step(step_run_t *r)
@@ -508,7 +563,8 @@ static flow_err_t run_step(step_run_t *r)
 	case FLOW_BOXING_ALL_GATHER:
 		return run_all_gather(r);
 	case FLOW_BOXING_ALL_TO_ALL:
-		return run_all_to_all(r);
+	case FLOW_BOXING_SEND_RECV:
+		return run_exchange(r);
 	default: /* refused by plan_check */
 		return flow_diag_set(r->diag, FLOW_ERR_NOTSUP,
 				     "boxing step %zu: the distributed executor does not run '%s' steps",

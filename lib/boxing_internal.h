@@ -69,16 +69,16 @@ static inline int64_t boxing_group_place(const flow_mesh_t *mesh,
 	return q;
 }
 
-/* The boxes member q of the group whose first member is leader holds
- * before and after step st (on st's mesh and axes); returns its
- * position. */
+/* The boxes member q of the group of axes (st->axes; all the mesh's for a
+ * send/recv within st's mesh) whose first member is leader holds before
+ * and after step st, on st's mesh; returns its position. */
 static inline int64_t boxing_member_boxes(const flow_shape_t *shape,
 					  const flow_boxing_step_t *st,
-					  int64_t leader, int64_t q,
-					  flow_box_t *from_out,
+					  unsigned axes, int64_t leader,
+					  int64_t q, flow_box_t *from_out,
 					  flow_box_t *to_out)
 {
-	int64_t i = boxing_group_member(&st->mesh, st->axes, leader, q);
+	int64_t i = boxing_group_member(&st->mesh, axes, leader, q);
 	flow_nd_sbp_local_box(shape, &st->from, &st->mesh, i, from_out);
 	flow_nd_sbp_local_box(shape, &st->to, &st->mesh, i, to_out);
 	return i;
@@ -149,6 +149,32 @@ static inline bool boxing_serves(const flow_mesh_t *src_mesh,
 	if (same_piece)
 		return i == s_index;
 	return replica == j % replicas;
+}
+
+/* Whether send/recv step st sums what arrives: its source is P on an axis
+ * of more than one position, so the sources send addends. */
+static inline bool boxing_send_recv_sums(const flow_boxing_step_t *st)
+{
+	for (int a = 0; a < st->from.ndim; a++)
+		if (st->from.sbp[a].kind == FLOW_SBP_PARTIAL && st->mesh.dims[a] > 1)
+			return true;
+	return false;
+}
+
+/* The region source position i of send/recv step st, holding have, sends
+ * destination position j of st->to_mesh, needing need: their intersection
+ * when boxing_serves pairs them (dst_as_src: j's rank's position on
+ * st->mesh, -1 when none).  False when i sends j nothing.  A position
+ * that is both ends of a pair sends itself what it keeps, so a receiver
+ * gets every piece, and every addend, through this one rule. */
+static inline bool boxing_send_recv_cut(const flow_boxing_step_t *st,
+					int64_t i, const flow_box_t *have,
+					int64_t dst_as_src, int64_t j,
+					const flow_box_t *need,
+					flow_box_t *cut_out)
+{
+	return boxing_serves(&st->mesh, &st->from, i, dst_as_src, j) &&
+	       boxing_box_intersect(have, need, cut_out);
 }
 
 #endif

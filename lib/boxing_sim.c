@@ -173,8 +173,8 @@ static flow_err_t group_load(const sim_t *s, int64_t leader, group_t *g)
 		return flow_diag_set(s->diag, FLOW_ERR_NOMEM,
 				     "boxing simulation: out of memory");
 	for (int64_t q = 0; q < g->p; q++) {
-		int64_t i = boxing_member_boxes(s->shape, st, leader, q,
-						&g->from[q], &g->to[q]);
+		int64_t i = boxing_member_boxes(s->shape, st, st->axes, leader,
+						q, &g->from[q], &g->to[q]);
 		g->rank[q] = flow_mesh_rank(&st->mesh, i);
 	}
 	return FLOW_OK;
@@ -336,20 +336,15 @@ out_release:
 	return err;
 }
 
-static bool has_partial(const flow_nd_sbp_t *sbp, const flow_mesh_t *mesh)
-{
-	for (int a = 0; a < sbp->ndim; a++)
-		if (sbp->sbp[a].kind == FLOW_SBP_PARTIAL && mesh->dims[a] > 1)
-			return true;
-	return false;
-}
-
+/* Destination by destination, each source in position order, so a sum
+ * starts from zero and takes the addends in the order the distributed
+ * executor adds them. */
 static flow_err_t run_send_recv(const sim_t *s)
 {
 	const flow_boxing_step_t *st = s->st;
 	int64_t na = flow_mesh_size(&st->mesh), nb = flow_mesh_size(&st->to_mesh);
 	/* Addends are summed where they arrive; other pieces are copied. */
-	bool add = has_partial(&st->from, &st->mesh);
+	bool add = boxing_send_recv_sums(st);
 	for (int64_t j = 0; j < nb; j++) {
 		int64_t dst = flow_mesh_rank(&st->to_mesh, j);
 		int64_t dst_as_src = flow_mesh_index_of(&st->mesh, dst);
@@ -360,8 +355,8 @@ static flow_err_t run_send_recv(const sim_t *s)
 			int64_t src = flow_mesh_rank(&st->mesh, i);
 			flow_box_t have, cut;
 			flow_nd_sbp_local_box(s->shape, &st->from, &st->mesh, i, &have);
-			if (boxing_serves(&st->mesh, &st->from, i, dst_as_src, j) &&
-			    boxing_box_intersect(&have, &need, &cut))
+			if (boxing_send_recv_cut(st, i, &have, dst_as_src, j, &need,
+						 &cut))
 				err = message(s, src, s->local[src], &have, dst,
 					      s->next[dst], &need, &cut, add);
 		}

@@ -177,8 +177,14 @@ FLOW_EXPORT flow_err_t flow_boxing_simulate(const flow_boxing_plan_t *plan,
 typedef struct flow_boxing_comms flow_boxing_comms_t;
 struct flow_comm;
 
-/* For mesh, whose ranks are ranks of world (mesh->base and strides map
- * mesh positions to world ranks); this rank must be on the mesh.  Free
+/* For mesh, whose ranks are world ranks (flow_world_info()->rank; mesh->base
+ * and strides map mesh positions to them), this rank one of them.  They are
+ * translated to the ranks of the communicator world, which may be a group
+ * of the world (flow_comm_world_rank): the mesh must cover exactly the
+ * communicator's ranks, in an order that maps affinely onto communicator
+ * ranks (each axis a fixed stride of them), else FLOW_ERR_USAGE.  An NCCL
+ * communicator is refused with FLOW_ERR_NOTSUP: the executor moves host
+ * memory.  Not collective (the groups are split on first use).  Free
  * with flow_boxing_comms_free(). */
 FLOW_EXPORT flow_err_t flow_boxing_comms_new(struct flow_comm *world,
 					     const flow_mesh_t *mesh,
@@ -195,15 +201,19 @@ FLOW_EXPORT flow_err_t flow_boxing_comms_axes(flow_boxing_comms_t *comms,
 
 /* Run plan on this rank, which every rank of the plan's mesh calls with
  * the same plan: src holds this rank's piece in (plan->src_mesh,
- * plan->src), row-major, plan->dtype (f32, or any dtype the CPU
- * communicator can reduce when a step sums); dst receives its piece in
- * (plan->dst_mesh, plan->dst).  src and dst must not overlap; an empty
- * plan copies.  Sums are those of the communicator (flow/comm.h), so the
- * same bits on every rank of a group.  plan->src_mesh must equal
- * plan->dst_mesh and the comms' mesh (FLOW_ERR_USAGE otherwise);
- * FLOW_ERR_NOTSUP for a send/recv or broadcast step, which plans between
- * layouts of one mesh do not need; FLOW_ERR_PEER/TIMEOUT as the
- * collectives give them. */
+ * plan->src), row-major, plan->dtype (any dtype; one the CPU communicator
+ * can reduce when an all-reduce or reduce-scatter step sums); dst
+ * receives its piece in (plan->dst_mesh, plan->dst).  src and dst must
+ * not overlap; an empty plan copies.  Collective sums are those of the
+ * communicator (flow/comm.h), so the same bits on every rank of a group.
+ * A send/recv step runs as one all-to-all over all the mesh's axes, each
+ * rank sending each other the slice intersections the reference executor
+ * sends; a receiver of addends sums them from zero in mesh-position order,
+ * as flow_boxing_simulate does, so the results match it bit for bit.
+ * plan->src_mesh must equal plan->dst_mesh and the comms' mesh
+ * (FLOW_ERR_USAGE otherwise), so send/recv runs only within one mesh;
+ * FLOW_ERR_NOTSUP for a broadcast step, which flow_boxing_plan never
+ * emits; FLOW_ERR_PEER/TIMEOUT as the collectives give them. */
 FLOW_EXPORT flow_err_t flow_boxing_run(const flow_boxing_plan_t *plan,
 				       flow_boxing_comms_t *comms,
 				       const void *src, void *dst,

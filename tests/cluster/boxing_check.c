@@ -5,16 +5,18 @@
  * own launcher with --nproc) and runs the same property test: seeded
  * random logical shapes (1 to 3 dimensions of 1 to 7 elements, so most
  * splits are uneven), on every mesh of the world's ranks with one or two
- * axes, for every pair of valid nd-SBPs.  Every rank builds every rank's
+ * axes (row-major, and column-major too), for every pair of valid
+ * nd-SBPs.  Every rank builds every rank's
  * source piece from one integer-valued f32 tensor (P copies hold non-zero
  * integer addends that sum to it exactly), runs flow_boxing_simulate on
  * all of them in-process as the oracle, runs flow_boxing_run on its own
  * piece, and compares its destination piece with the oracle's with
  * memcmp; it also checks that its source piece is untouched and that
- * nothing is written past its destination piece.  Plans with broadcast
- * or send/recv steps, which the distributed executor refuses
- * (FLOW_ERR_NOTSUP), are checked to be refused, and counted as skipped:
- * the planner picks send/recv on 2-D meshes when it is cheapest. */
+ * nothing is written past its destination piece.  That includes the
+ * plans with send/recv steps, which the planner picks on 2-D meshes when
+ * they are cheapest.  Plans with broadcast steps, which the distributed
+ * executor refuses (FLOW_ERR_NOTSUP), are checked to be refused and
+ * counted as skipped; the planner makes none, so the count stays 0. */
 #include <config.h>
 
 #include <errno.h>
@@ -43,7 +45,8 @@
 /* Logical shapes: 1 to MAX_NDIM dimensions of 1 to MAX_EXTENT. */
 #define MAX_NDIM 3
 #define MAX_EXTENT 7
-/* Meshes of the world's ranks tried: 1-D, and 2-D factorisations. */
+/* Meshes of the world's ranks tried: 1-D, and 2-D factorisations both
+ * row-major and column-major. */
 #define MAX_MESHES 16
 /* nd-SBPs per mesh: (ndim + 2)^axes, at most 5^2. */
 #define MAX_LAYOUTS 32
@@ -65,9 +68,9 @@ static const char usage_text[] =
 	"Run random boxing plans on real ranks (flow_boxing_run) and compare\n"
 	"every rank's result bit for bit with the reference executor\n"
 	"(flow_boxing_simulate): for each trial a random logical shape, on\n"
-	"every 1-D and 2-D mesh of the world's ranks, every pair of valid\n"
-	"nd-SBPs.  Run it under any PMIx launcher (srun --mpi=pmix, mpirun) or\n"
-	"start the ranks with --nproc.\n"
+	"every 1-D and 2-D mesh of the world's ranks (2-D ones row-major and\n"
+	"column-major), every pair of valid nd-SBPs.  Run it under any PMIx\n"
+	"launcher (srun --mpi=pmix, mpirun) or start the ranks with --nproc.\n"
 	"\n"
 	"Options:\n"
 	"  --nproc N      start N ranks on this machine and exit with the\n"
@@ -80,12 +83,14 @@ static const char usage_text[] =
 	"                 seconds (default 60)\n"
 	"  -h, --help     print this help and exit\n"
 	"\n"
-	"Output: rank 0 prints one line on stdout,\n"
-	"  " PROG ": N ranks, transport T: P plans, S steps, K skipped, W wrong\n"
-	"with P the plans run and S their steps (the same on every rank), K the\n"
-	"plans with broadcast or send/recv steps, which must be refused with\n"
-	"FLOW_ERR_NOTSUP, and W the wrong results summed over the ranks; every\n"
-	"rank prints its first 10 wrong results on stderr.\n"
+	"Output: rank 0 prints one line on stdout (wrapped here),\n"
+	"  " PROG ": N ranks, transport T: P plans (R send/recv), S steps,\n"
+	"  K skipped, W wrong\n"
+	"with P the plans run, R of them with send/recv steps, S their steps\n"
+	"(the same on every rank), K the plans with broadcast steps, which must\n"
+	"be refused with FLOW_ERR_NOTSUP (the planner makes none), and W the\n"
+	"wrong results summed over the ranks; every rank prints its first 10\n"
+	"wrong results on stderr.\n"
 	"\n"
 	"Exit status: 0 when every result was right, 1 when one was wrong or\n"
 	"something failed, 2 for a usage error; with --nproc, the status of the\n"
@@ -180,7 +185,7 @@ typedef struct job {
 	const flow_world_info_t *info;
 	flow_comm_t *comm;
 	flow_diag_t diag;
-	int64_t plans, steps, skipped, wrong;
+	int64_t plans, send_recv_plans, steps, skipped, wrong;
 } job_t;
 
 /* One mesh of the world's ranks, with the executor's communicators. */
@@ -231,13 +236,15 @@ static FLOW_PRINTF(2, 3) void show_wrong(job_t *job, const char *fmt, ...)
 }
 
 /* The 1-D mesh of all n ranks and every 2-D factorisation of n, row-major
- * from rank 0. */
+ * from rank 0, and each 2-D one also column-major ("axb/1xa"), where mesh
+ * positions and ranks differ, as do the orders of a send/recv's
+ * communicator and of the world. */
 static int job_meshes(job_t *job, mesh_case_t *out)
 {
 	int64_t n = job->info->size;
 	int count = 0;
 	for (int64_t a = 1; a < n || count == 0; a++) {
-		if (n % a != 0 || count == MAX_MESHES)
+		if (n % a != 0 || count + 2 > MAX_MESHES)
 			continue;
 		int64_t dims[2] = { a, n / a };
 		int ndim = 2;
@@ -248,6 +255,14 @@ static int job_meshes(job_t *job, mesh_case_t *out)
 		if (flow_mesh_init(&out[count].mesh, ndim, dims, 0, &job->diag) != FLOW_OK)
 			return -1;
 		out[count++].comms = NULL;
+		if (ndim == 1)
+			continue;
+		out[count] = out[count - 1];
+		out[count].mesh.stride[0] = 1;
+		out[count].mesh.stride[1] = dims[0];
+		if (flow_mesh_check(&out[count].mesh, &job->diag) != FLOW_OK)
+			return -1;
+		count++;
 	}
 	return count;
 }
@@ -366,11 +381,11 @@ static void pair_free(pair_t *pr)
 	flow_free(pr->out);
 }
 
+/* Whether flow_boxing_run runs plan: all but broadcast steps. */
 static bool runs_here(const flow_boxing_plan_t *plan)
 {
 	for (size_t k = 0; k < plan->nsteps; k++)
-		if (plan->steps[k].kind == FLOW_BOXING_BROADCAST ||
-		    plan->steps[k].kind == FLOW_BOXING_SEND_RECV)
+		if (plan->steps[k].kind == FLOW_BOXING_BROADCAST)
 			return false;
 	return true;
 }
@@ -417,8 +432,8 @@ static void compare(pair_t *pr)
 		show_wrong(job, "%s: the source piece changed", what);
 }
 
-/* A plan with a broadcast or send/recv step must be refused, on every
- * rank alike and before any collective, naming the step's kind. */
+/* A plan with a broadcast step must be refused, on every rank alike and
+ * before any collective, naming the step's kind. */
 static void expect_refusal(pair_t *pr)
 {
 	job_t *job = pr->job;
@@ -426,8 +441,7 @@ static void expect_refusal(pair_t *pr)
 	char what[512];
 	const char *kind = NULL;
 	for (size_t k = 0; k < pr->plan.nsteps && !kind; k++)
-		if (pr->plan.steps[k].kind == FLOW_BOXING_BROADCAST ||
-		    pr->plan.steps[k].kind == FLOW_BOXING_SEND_RECV)
+		if (pr->plan.steps[k].kind == FLOW_BOXING_BROADCAST)
 			kind = flow_boxing_kind_name(pr->plan.steps[k].kind);
 	flow_err_t err = flow_boxing_run(&pr->plan, pr->mc->comms, pr->mine,
 					 pr->out, &diag);
@@ -484,6 +498,11 @@ static flow_err_t check_pair(job_t *job, mesh_case_t *mc,
 		goto out;
 	compare(&pr);
 	job->plans++;
+	for (size_t k = 0; k < pr.plan.nsteps; k++)
+		if (pr.plan.steps[k].kind == FLOW_BOXING_SEND_RECV) {
+			job->send_recv_plans++;
+			break;
+		}
 	job->steps += (int64_t)pr.plan.nsteps;
 out:
 	pair_free(&pr);
@@ -535,10 +554,12 @@ static flow_err_t check_everything(job_t *job, int *status_out)
 	if (err != FLOW_OK)
 		return err;
 	if (job->info->rank == 0)
-		printf(PROG ": %d ranks, transport %s: %" PRId64 " plans, %" PRId64
-			    " steps, %" PRId64 " skipped, %" PRId64 " wrong\n",
+		printf(PROG ": %d ranks, transport %s: %" PRId64 " plans (%" PRId64
+			    " send/recv), %" PRId64 " steps, %" PRId64
+			    " skipped, %" PRId64 " wrong\n",
 		       job->info->size, flow_comm_transport(job->comm),
-		       job->plans, job->steps, job->skipped, wrong);
+		       job->plans, job->send_recv_plans, job->steps,
+		       job->skipped, wrong);
 	/* Before the other ranks can exit 1 and have the launcher stop this
 	 * one. */
 	fflush(stdout);

@@ -270,35 +270,36 @@ assert_zero_parity() {
 	rows_close got.rows want.rows 1e-5
 }
 
-@test "ZeRO 3: kill -9 of a rank, then --resume latest reproduces the run bit for bit" {
-	zero_run 3 4
-	mv zero3.tsv full.tsv
-	rm -rf ck3
-	flow-train --nproc 4 --plan zero3.plan --steps 20 --warmup 5 --lr 3e-3 --clip 0.5 \
-		--peak-gflops 0 --comm-timeout 20 --data "$DATA" --ckpt-dir ck3 --ckpt-every 2 \
-		>killed.tsv 2>killed.err &
-	local launcher=$! victim= i
-	# An arbitrary moment after the first checkpoint: mid-step, mid-write
-	# or mid-commit.
+# Train from plan $1 on $2 ranks with a checkpoint every 2 steps, kill -9
+# one rank at an arbitrary moment after the first checkpoint (mid-step,
+# mid-write or mid-commit), relaunch with --resume latest: the steps after
+# the checkpoint must be those of the uninterrupted run in $3, bit for bit.
+kill_and_resume() {
+	local plan=(--plan "$1" --steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0
+		--comm-timeout 20 --data "$DATA" --ckpt-dir ck --ckpt-every 2)
+	rm -rf ck
+	flow-train --nproc "$2" "${plan[@]}" >killed.tsv 2>killed.err &
+	local launcher=$! victim= i status=0 from
 	for i in $(seq 1 300); do
-		[ -f ck3/step-00000002/manifest ] && break
+		[ -f ck/step-00000002/manifest ] && break
 		sleep 0.02
 	done
 	sleep "0.0$((RANDOM % 10))"
 	victim=$(pgrep -P "$launcher" -f 'flow-train' | shuf -n 1 || true)
 	[ -n "$victim" ] || skip "the run ended before a rank could be killed"
 	kill -9 "$victim"
-	local status=0
 	wait "$launcher" || status=$?
 	[ "$status" -ne 0 ]
-	run -0 --separate-stderr flow-train --nproc 4 --plan zero3.plan --steps 20 --warmup 5 \
-		--lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20 --data "$DATA" \
-		--ckpt-dir ck3 --ckpt-every 2 --resume latest
+	run -0 --separate-stderr flow-train --nproc "$2" "${plan[@]}" --resume latest
 	printf '%s\n' "$output" >resumed.tsv
-	local from
 	from=$(sed -n 's/^# resumed from .* (step \([0-9]*\))$/\1/p' resumed.tsv)
 	[ -n "$from" ] && [ "$from" -ge 2 ]
-	diff <(numbers full.tsv | tail -n $((20 - from))) <(numbers resumed.tsv)
+	diff <(numbers "$3" | tail -n $((20 - from))) <(numbers resumed.tsv)
+}
+
+@test "ZeRO 3: kill -9 of a rank, then --resume latest reproduces the run bit for bit" {
+	zero_run 3 4
+	kill_and_resume zero3.plan 4 zero3.tsv
 }
 
 @test "a ZeRO checkpoint missing a rank's shards is refused in one line" {
@@ -362,27 +363,7 @@ assert_mesh_parity() {
 
 @test "2x2 mesh: kill -9 of a rank, then --resume latest reproduces the run bit for bit" {
 	mesh_run 2x2 dp,tp full
-	PLAN=(--plan full.plan --steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0
-		--comm-timeout 20 --data "$DATA" --ckpt-dir ck --ckpt-every 2)
-	flow-train --nproc 4 "${PLAN[@]}" >killed.tsv 2>killed.err &
-	local launcher=$! victim= i
-	for i in $(seq 1 300); do
-		[ -f ck/step-00000002/manifest ] && break
-		sleep 0.02
-	done
-	sleep "0.0$((RANDOM % 10))"
-	victim=$(pgrep -P "$launcher" -f 'flow-train' | shuf -n 1 || true)
-	[ -n "$victim" ] || skip "the run ended before a rank could be killed"
-	kill -9 "$victim"
-	local status=0
-	wait "$launcher" || status=$?
-	[ "$status" -ne 0 ]
-	run -0 --separate-stderr flow-train --nproc 4 "${PLAN[@]}" --resume latest
-	printf '%s\n' "$output" >resumed.tsv
-	local from
-	from=$(sed -n 's/^# resumed from .* (step \([0-9]*\))$/\1/p' resumed.tsv)
-	[ -n "$from" ] && [ "$from" -ge 2 ]
-	diff <(numbers full.tsv | tail -n $((20 - from))) <(numbers resumed.tsv)
+	kill_and_resume full.plan 4 full.tsv
 }
 
 @test "a 2x2 checkpoint resumes on one rank without a plan" {
@@ -410,4 +391,27 @@ assert_mesh_parity() {
 	printf '%s\n' "$output" >srun.tsv
 	grep -q '^# sharded over mesh 2x2:dp,tp (tcp)' srun.tsv
 	assert_losses_close srun.tsv 1e-5
+}
+
+@test "examples/train-2d.sbatch trains on a 2x2 mesh across two nodes, and resumes" {
+	use_slurm SLURM2
+	cp "$BATS_FILE_TMPDIR/corpus.txt" .
+	# The settings through the environment (--export=ALL): a model spec
+	# has commas, which --export=NAME=VALUE lists cannot hold.
+	local env=(FLOW_BIN="$(dirname "$(command -v flow-train)")" CORPUS=corpus.txt
+		MODEL="$MODEL" SEQ_LEN=32 BATCH=4 STEPS=4 CKPT_EVERY=2 TP=2 RUN="$PWD/run")
+	run -0 env "${env[@]}" sbatch --parsable --export=ALL "$top_srcdir/examples/train-2d.sbatch"
+	local id=${output%%;*}
+	run -0 sbatch_wait "$id" "$LAUNCH_TIMEOUT"
+	[ "$output" = "COMPLETED 0:0" ] || { cat flow-train-2d-*.out; false; }
+	grep -q '^mesh 2x2:dp,tp$' run/train.plan
+	grep -q '^# sharded over mesh 2x2:dp,tp (tcp)' run/train.tsv
+	[ "$(grep -c $'^[0-9]*\ttrain\t' run/train.tsv)" -eq 4 ]
+	[ -f run/ckpt/step-00000004/manifest ]
+	# Submitted again, it resumes from the latest checkpoint: nothing left.
+	run -0 env "${env[@]}" sbatch --parsable --export=ALL "$top_srcdir/examples/train-2d.sbatch"
+	id=${output%%;*}
+	run -0 sbatch_wait "$id" "$LAUNCH_TIMEOUT"
+	[ "$output" = "COMPLETED 0:0" ]
+	grep -q '^# resumed from .*step-00000004 (step 4)$' run/train.tsv
 }
