@@ -19,23 +19,20 @@
  * counted as skipped; the planner makes none, so the count stays 0. */
 #include <config.h>
 
-#include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <flow/boxing.h>
 #include <flow/comm.h>
-#include <flow/launch.h>
-#include <flow/log.h>
 #include <flow/mem.h>
-#include <flow/parse.h>
 #include <flow/world.h>
 
+#include "checkutil.h"
+#include "../unit/sbputil.h"
+
 #define PROG "boxing_check"
+const char check_prog[] = PROG; /* every message starts with it */
 #define MAX_RANKS 64
 /* Defaults, as numbers and as the help text shows them. */
 #define DEFAULT_SEED 20261201
@@ -50,8 +47,6 @@
 #define MAX_MESHES 16
 /* nd-SBPs per mesh: (ndim + 2)^axes, at most 5^2. */
 #define MAX_LAYOUTS 32
-/* Wrong results each rank prints in full; the rest are only counted. */
-#define WRONG_SHOWN_MAX 10
 /* Bytes after the destination piece that the executor must leave alone,
  * and what the piece holds before it runs. */
 #define GUARD_BYTES 64
@@ -92,89 +87,43 @@ static const char usage_text[] =
 	"wrong results summed over the ranks; every rank prints its first 10\n"
 	"wrong results on stderr.\n"
 	"\n"
-	"Exit status: 0 when every result was right, 1 when one was wrong or\n"
-	"something failed, 2 for a usage error; with --nproc, the status of the\n"
-	"first rank that failed (128+N when signal N killed it).\n";
+	CHECK_EXIT_STATUS_HELP;
 
 /* ---- options ---------------------------------------------------------------- */
 
 typedef struct options {
-	int nproc; /* 0: this process is a rank */
-	double timeout_s;
+	check_opts_t common; /* --nproc, --timeout */
 	uint64_t seed;
 	int64_t trials;
 } options_t;
 
-enum { OPT_NPROC = 0x100, OPT_SEED, OPT_TRIALS, OPT_TIMEOUT };
+enum { OPT_SEED = CHECK_OPT_OWN, OPT_TRIALS };
 
 static const struct option long_options[] = {
-	{ "nproc", required_argument, NULL, OPT_NPROC },
+	CHECK_COMMON_OPTIONS,
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "trials", required_argument, NULL, OPT_TRIALS },
-	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
-	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
 
-static _Noreturn FLOW_PRINTF(1, 2) void usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	fflush(stdout);
-	fputs(PROG ": ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nTry '" PROG " --help' for more information.\n", stderr);
-	exit(2);
-}
-
-static int64_t int_arg(const char *option, const char *text, int64_t min,
-		       int64_t max)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	int64_t value;
-	if (flow_parse_int(text, min, max, &value, &diag) != FLOW_OK)
-		usage_error("%s: %s", option, flow_diag_message(&diag));
-	return value;
-}
-
 static void parse_options(int argc, char **argv, options_t *opt)
 {
-	flow_diag_t diag = FLOW_DIAG_INIT;
 	int c;
 
-	*opt = (options_t){ .timeout_s = FLOW_COMM_TIMEOUT_DEFAULT,
-			    .seed = DEFAULT_SEED,
-			    .trials = DEFAULT_TRIALS };
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
+	*opt = (options_t){ .seed = DEFAULT_SEED, .trials = DEFAULT_TRIALS };
+	check_opts_init(&opt->common, usage_text, MAX_RANKS);
+	while ((c = check_getopt(&opt->common, argc, argv, long_options)) != -1) {
 		switch (c) {
-		case OPT_NPROC:
-			opt->nproc = (int)int_arg("--nproc", optarg, 1, MAX_RANKS);
-			break;
 		case OPT_SEED:
-			opt->seed = (uint64_t)int_arg("--seed", optarg, 0, INT64_MAX);
+			opt->seed = (uint64_t)check_int_arg("--seed", optarg, 0,
+							    INT64_MAX);
 			break;
 		case OPT_TRIALS:
-			opt->trials = int_arg("--trials", optarg, 0, INT32_MAX);
+			opt->trials = check_int_arg("--trials", optarg, 0,
+						    INT32_MAX);
 			break;
-		case OPT_TIMEOUT:
-			if (flow_parse_double(optarg, 0.001, 1e6, &opt->timeout_s,
-					      &diag) != FLOW_OK)
-				usage_error("--timeout: %s",
-					    flow_diag_message(&diag));
-			break;
-		case 'h':
-			fputs(usage_text, stdout);
-			exit(fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1);
-		case ':':
-			usage_error("option '%s' needs a value", argv[optind - 1]);
-		default:
-			usage_error("unknown option '%s'", argv[optind - 1]);
 		}
 	}
-	if (optind < argc)
-		usage_error("unexpected argument '%s'", argv[optind]);
 }
 
 /* ---- the job ------------------------------------------------------------------ */
@@ -205,35 +154,6 @@ typedef struct pair {
 	unsigned char *out; /* this rank's destination piece, then the guard */
 	size_t src_bytes, dst_bytes;
 } pair_t;
-
-/* splitmix64: a whole trial follows from one seed. */
-static uint64_t next_u64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15u);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-	return z ^ (z >> 31);
-}
-
-static int64_t uniform(uint64_t *s, int64_t lo, int64_t hi)
-{
-	return lo + (int64_t)(next_u64(s) % (uint64_t)(hi - lo + 1));
-}
-
-static FLOW_PRINTF(2, 3) void show_wrong(job_t *job, const char *fmt, ...)
-{
-	char line[1024];
-	va_list ap;
-	job->wrong++;
-	if (job->wrong > WRONG_SHOWN_MAX)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
-	/* One write per line, so that ranks' lines do not interleave. */
-	fflush(stdout);
-	fprintf(stderr, PROG ": rank %d: %s\n", job->info->rank, line);
-}
 
 /* The 1-D mesh of all n ranks and every 2-D factorisation of n, row-major
  * from rank 0, and each 2-D one also column-major ("axb/1xa"), where mesh
@@ -267,53 +187,7 @@ static int job_meshes(job_t *job, mesh_case_t *out)
 	return count;
 }
 
-/* Every valid nd-SBP of shape on mesh, from {B, P, S(0)..S(ndim-1)} per
- * axis, in a fixed order. */
-static size_t all_layouts(const flow_shape_t *shape, const flow_mesh_t *mesh,
-			  flow_nd_sbp_t *out)
-{
-	int kinds = shape->ndim + 2;
-	int64_t total = 1;
-	size_t n = 0;
-	for (int i = 0; i < mesh->ndim; i++)
-		total *= kinds;
-	for (int64_t code = 0; code < total && n < MAX_LAYOUTS; code++) {
-		flow_nd_sbp_t sbp = { .ndim = mesh->ndim };
-		int64_t c = code;
-		for (int i = 0; i < mesh->ndim; i++, c /= kinds) {
-			int d = (int)(c % kinds);
-			sbp.sbp[i] = d == 0 ? (flow_sbp_t){ FLOW_SBP_BROADCAST, 0 } :
-				     d == 1 ? (flow_sbp_t){ FLOW_SBP_PARTIAL, 0 } :
-					      (flow_sbp_t){ FLOW_SBP_SPLIT, d - 2 };
-		}
-		if (flow_nd_sbp_check(shape, &sbp, mesh, NULL) == FLOW_OK)
-			out[n++] = sbp;
-	}
-	return n;
-}
-
 /* ---- pieces ----------------------------------------------------------------- */
-
-static int64_t box_numel(const flow_box_t *b)
-{
-	int64_t n = 1;
-	for (int d = 0; d < b->ndim; d++)
-		n *= b->extent[d];
-	return n;
-}
-
-/* Row-major logical index of the element at offset x of a box. */
-static int64_t logical_index(const flow_shape_t *shape, const flow_box_t *box,
-			     int64_t x)
-{
-	int64_t idx = 0, inner = 1;
-	for (int d = box->ndim - 1; d >= 0; d--) {
-		idx += (box->start[d] + x % box->extent[d]) * inner;
-		x /= box->extent[d];
-		inner *= shape->dims[d];
-	}
-	return idx;
-}
 
 /* Addend k > 0 of element e: a small non-zero integer. */
 static int64_t addend(int64_t e, int64_t k)
@@ -410,7 +284,8 @@ static void describe(const pair_t *pr, char *buf, size_t cap)
 static void compare(pair_t *pr)
 {
 	job_t *job = pr->job;
-	const float *want = pr->local[job->info->rank];
+	int me = job->info->rank;
+	const float *want = pr->local[me];
 	const float *got = (const float *)pr->out;
 	char what[512];
 	describe(pr, what, sizeof what);
@@ -418,18 +293,21 @@ static void compare(pair_t *pr)
 		size_t x = 0;
 		while (memcmp(&got[x], &want[x], sizeof(float)) == 0)
 			x++;
-		show_wrong(job, "%s: element %zu of %zu is %g, want %g", what, x,
-			   pr->dst_bytes / sizeof(float), (double)got[x],
-			   (double)want[x]);
+		check_show_wrong(&job->wrong, me,
+				 "%s: element %zu of %zu is %g, want %g", what,
+				 x, pr->dst_bytes / sizeof(float),
+				 (double)got[x], (double)want[x]);
 	}
 	for (size_t b = 0; b < GUARD_BYTES; b++)
 		if (pr->out[pr->dst_bytes + b] != GUARD_BYTE) {
-			show_wrong(job, "%s: byte %zu after the piece was overwritten",
-				   what, b);
+			check_show_wrong(&job->wrong, me,
+					 "%s: byte %zu after the piece was overwritten",
+					 what, b);
 			break;
 		}
 	if (memcmp(pr->mine, pr->pristine, pr->src_bytes) != 0)
-		show_wrong(job, "%s: the source piece changed", what);
+		check_show_wrong(&job->wrong, me, "%s: the source piece changed",
+				 what);
 }
 
 /* A plan with a broadcast step must be refused, on every rank alike and
@@ -449,9 +327,10 @@ static void expect_refusal(pair_t *pr)
 	snprintf(quoted, sizeof quoted, "'%s'", kind);
 	describe(pr, what, sizeof what);
 	if (err != FLOW_ERR_NOTSUP || !strstr(flow_diag_message(&diag), quoted))
-		show_wrong(job, "%s: expected FLOW_ERR_NOTSUP naming %s, got %s: %s",
-			   what, quoted, flow_err_name(err),
-			   flow_diag_message(&diag));
+		check_show_wrong(&job->wrong, job->info->rank,
+				 "%s: expected FLOW_ERR_NOTSUP naming %s, got %s: %s",
+				 what, quoted, flow_err_name(err),
+				 flow_diag_message(&diag));
 	job->skipped++;
 }
 
@@ -515,16 +394,17 @@ static flow_err_t run_trial(job_t *job, mesh_case_t *meshes, int nmeshes,
 {
 	uint64_t s = job->opt->seed ^ ((uint64_t)trial * 0xd1b54a32d192ed03u);
 	int64_t dims[MAX_NDIM];
-	int ndim = (int)uniform(&s, 1, MAX_NDIM);
+	int ndim = (int)splitmix64_range(&s, 1, MAX_NDIM);
 	flow_shape_t shape;
 	flow_nd_sbp_t layouts[MAX_LAYOUTS];
 	flow_err_t err;
 
 	for (int d = 0; d < ndim; d++)
-		dims[d] = uniform(&s, 1, MAX_EXTENT);
+		dims[d] = splitmix64_range(&s, 1, MAX_EXTENT);
 	err = flow_shape_init(&shape, ndim, dims, &job->diag);
 	for (int m = 0; m < nmeshes && err == FLOW_OK; m++) {
-		size_t nl = all_layouts(&shape, &meshes[m].mesh, layouts);
+		size_t nl = all_layouts(&shape, &meshes[m].mesh, layouts,
+					MAX_LAYOUTS);
 		for (size_t a = 0; a < nl && err == FLOW_OK; a++)
 			for (size_t b = 0; b < nl && err == FLOW_OK; b++)
 				err = check_pair(job, &meshes[m], &shape,
@@ -569,70 +449,30 @@ static flow_err_t check_everything(job_t *job, int *status_out)
 
 /* ---- main ---------------------------------------------------------------------- */
 
-static int launch(int argc, char **argv, const options_t *opt)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	char **rank_argv = flow_launch_strip_option(argc, argv, "--nproc");
-	flow_launch_opts_t lo = { .nproc = opt->nproc, .prog = PROG };
-	int status;
-
-	if (!rank_argv) {
-		fprintf(stderr, PROG ": out of memory\n");
-		return 1;
-	}
-	lo.argv = rank_argv;
-	status = flow_launch(&lo, &diag);
-	free(rank_argv);
-	if (status < 0) {
-		fprintf(stderr, PROG ": %s\n", flow_diag_message(&diag));
-		return diag.err == FLOW_ERR_USAGE ? 2 : 1;
-	}
-	return status;
-}
-
-static int fail(job_t *job)
-{
-	fflush(stdout);
-	fprintf(stderr, PROG ": %s\n", flow_diag_message(&job->diag));
-	return 1;
-}
-
 static int run_rank(const options_t *opt)
 {
 	job_t job = { .opt = opt, .diag = FLOW_DIAG_INIT };
 	int status = 1;
 
-	flow_log_set_prog(PROG);
-	if (flow_world_init(&job.world, opt->timeout_s, &job.diag) != FLOW_OK)
-		return fail(&job);
-	job.info = flow_world_info(job.world);
-	flow_log_set_rank(job.info->rank);
+	if (check_join(opt->common.timeout_s, &job.world, &job.info,
+		       &job.diag) != FLOW_OK)
+		return check_fail(&job.diag);
 	if (flow_comm_world(job.world, FLOW_COMM_CPU, &job.comm, &job.diag) != FLOW_OK)
 		goto out_abort;
 	if (check_everything(&job, &status) != FLOW_OK)
 		goto out_abort;
 	flow_comm_free(job.comm);
-	if (flow_world_free(job.world, &job.diag) != FLOW_OK)
-		return fail(&job);
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, PROG ": cannot write to stdout: %s\n",
-			strerror(errno));
-		return 1;
-	}
-	return status;
+	return check_leave(job.world, &job.diag, status);
 
 out_abort:
-	status = fail(&job);
-	flow_comm_free(job.comm);
-	flow_world_abort(job.world, status, flow_diag_message(&job.diag));
-	return status;
+	return check_abort(job.world, job.comm, &job.diag);
 }
 
 int main(int argc, char **argv)
 {
 	options_t opt;
 	parse_options(argc, argv, &opt);
-	if (opt.nproc > 0)
-		return launch(argc, argv, &opt);
+	if (opt.common.nproc > 0)
+		return check_launch(argc, argv, opt.common.nproc);
 	return run_rank(&opt);
 }

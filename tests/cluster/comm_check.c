@@ -16,7 +16,6 @@
 #include <config.h>
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,8 +24,6 @@
 #include <unistd.h>
 
 #include <flow/comm.h>
-#include <flow/launch.h>
-#include <flow/log.h>
 #include <flow/parse.h>
 #include <flow/sbp.h>
 #include <flow/tensor.h>
@@ -36,11 +33,12 @@
 #include <flow/kernels_cuda.h> /* device memory for the NCCL backend */
 #endif
 
+#include "checkutil.h"
+
 #define PROG "comm_check"
+const char check_prog[] = PROG; /* every message starts with it */
 /* Largest job whose sums stay exact (see dtype_cases). */
 #define MAX_RANKS 32
-/* Wrong results each rank prints in full; the rest are only counted. */
-#define WRONG_SHOWN_MAX 10
 /* Bytes after every buffer that a collective must leave alone. */
 #define GUARD_BYTES 64
 #define GUARD_BYTE 0xa5
@@ -81,15 +79,12 @@ static const char usage_text[] =
 	"wrong results on stderr.  With --soak, a rank that sees a failure\n"
 	"prints it on stderr and exits 1.\n"
 	"\n"
-	"Exit status: 0 when every result was right, 1 when one was wrong or\n"
-	"something failed, 2 for a usage error; with --nproc, the status of the\n"
-	"first rank that failed (128+N when signal N killed it).\n";
+	CHECK_EXIT_STATUS_HELP;
 
 /* ---- options ------------------------------------------------------------- */
 
 typedef struct options {
-	int nproc; /* 0: this process is a rank */
-	double timeout_s;
+	check_opts_t common; /* --nproc, --timeout */
 	flow_comm_backend_t backend;
 	uint64_t soak_bytes; /* 0: run the checks */
 	const char *pid_dir;
@@ -98,9 +93,7 @@ typedef struct options {
 } options_t;
 
 enum {
-	OPT_NPROC = 0x100,
-	OPT_TIMEOUT,
-	OPT_BACKEND,
+	OPT_BACKEND = CHECK_OPT_OWN,
 	OPT_SOAK,
 	OPT_PID_DIR,
 	OPT_EXIT_RANK,
@@ -108,38 +101,14 @@ enum {
 };
 
 static const struct option long_options[] = {
-	{ "nproc", required_argument, NULL, OPT_NPROC },
-	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+	CHECK_COMMON_OPTIONS,
 	{ "backend", required_argument, NULL, OPT_BACKEND },
 	{ "soak", required_argument, NULL, OPT_SOAK },
 	{ "pid-dir", required_argument, NULL, OPT_PID_DIR },
 	{ "exit-rank", required_argument, NULL, OPT_EXIT_RANK },
 	{ "stall-rank", required_argument, NULL, OPT_STALL_RANK },
-	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
-
-static _Noreturn FLOW_PRINTF(1, 2) void usage_error(const char *fmt, ...)
-{
-	va_list ap;
-	fflush(stdout);
-	fputs(PROG ": ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nTry '" PROG " --help' for more information.\n", stderr);
-	exit(2);
-}
-
-static int64_t int_arg(const char *option, const char *text, int64_t min,
-		       int64_t max)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	int64_t value;
-	if (flow_parse_int(text, min, max, &value, &diag) != FLOW_OK)
-		usage_error("%s: %s", option, flow_diag_message(&diag));
-	return value;
-}
 
 /* "R:STATUS" of --exit-rank. */
 static void exit_rank_arg(const char *text, options_t *opt)
@@ -148,11 +117,12 @@ static void exit_rank_arg(const char *text, options_t *opt)
 	const char *colon = strchr(text, ':');
 	size_t len = colon ? (size_t)(colon - text) : 0;
 	if (!colon || len == 0 || len >= sizeof(rank))
-		usage_error("--exit-rank: expected RANK:STATUS, got '%s'", text);
+		check_usage_error("--exit-rank: expected RANK:STATUS, got '%s'",
+				  text);
 	memcpy(rank, text, len);
 	rank[len] = '\0';
-	opt->exit_rank = (int)int_arg("--exit-rank", rank, 0, INT32_MAX);
-	opt->exit_status = (int)int_arg("--exit-rank", colon + 1, 0, 255);
+	opt->exit_rank = (int)check_int_arg("--exit-rank", rank, 0, INT32_MAX);
+	opt->exit_status = (int)check_int_arg("--exit-rank", colon + 1, 0, 255);
 }
 
 static void parse_options(int argc, char **argv, options_t *opt)
@@ -160,37 +130,28 @@ static void parse_options(int argc, char **argv, options_t *opt)
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	int c;
 
-	*opt = (options_t){ .timeout_s = FLOW_COMM_TIMEOUT_DEFAULT,
-			    .backend = FLOW_COMM_CPU,
+	*opt = (options_t){ .backend = FLOW_COMM_CPU,
 			    .exit_rank = -1,
 			    .stall_rank = -1 };
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
+	check_opts_init(&opt->common, usage_text, MAX_RANKS);
+	while ((c = check_getopt(&opt->common, argc, argv, long_options)) != -1) {
 		switch (c) {
-		case OPT_NPROC:
-			opt->nproc = (int)int_arg("--nproc", optarg, 1, MAX_RANKS);
-			break;
-		case OPT_TIMEOUT:
-			if (flow_parse_double(optarg, 0.001, 1e6, &opt->timeout_s,
-					      &diag) != FLOW_OK)
-				usage_error("--timeout: %s",
-					    flow_diag_message(&diag));
-			break;
 		case OPT_BACKEND:
 			if (strcmp(optarg, "cpu") == 0)
 				opt->backend = FLOW_COMM_CPU;
 			else if (strcmp(optarg, "nccl") == 0)
 				opt->backend = FLOW_COMM_NCCL;
 			else
-				usage_error("--backend: expected cpu or nccl, got '%s'",
-					    optarg);
+				check_usage_error("--backend: expected cpu or nccl, got '%s'",
+						  optarg);
 			break;
 		case OPT_SOAK:
 			if (flow_parse_size(optarg, &opt->soak_bytes, &diag) != FLOW_OK)
-				usage_error("--soak: %s", flow_diag_message(&diag));
+				check_usage_error("--soak: %s",
+						  flow_diag_message(&diag));
 			if (opt->soak_bytes < sizeof(float))
-				usage_error("--soak: need at least %zu bytes, got '%s'",
-					    sizeof(float), optarg);
+				check_usage_error("--soak: need at least %zu bytes, got '%s'",
+						  sizeof(float), optarg);
 			break;
 		case OPT_PID_DIR:
 			opt->pid_dir = optarg;
@@ -199,22 +160,13 @@ static void parse_options(int argc, char **argv, options_t *opt)
 			exit_rank_arg(optarg, opt);
 			break;
 		case OPT_STALL_RANK:
-			opt->stall_rank = (int)int_arg("--stall-rank", optarg, 0,
-						       INT32_MAX);
+			opt->stall_rank = (int)check_int_arg("--stall-rank", optarg,
+							     0, INT32_MAX);
 			break;
-		case 'h':
-			fputs(usage_text, stdout);
-			exit(fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1);
-		case ':':
-			usage_error("option '%s' needs a value", argv[optind - 1]);
-		default:
-			usage_error("unknown option '%s'", argv[optind - 1]);
 		}
 	}
-	if (optind < argc)
-		usage_error("unexpected argument '%s'", argv[optind]);
 	if ((opt->soak_bytes > 0) != (opt->pid_dir != NULL))
-		usage_error("--soak and --pid-dir go together");
+		check_usage_error("--soak and --pid-dir go together");
 }
 
 /* ---- dtypes and values -------------------------------------------------
@@ -368,7 +320,7 @@ typedef struct job {
 	flow_world_t *world;
 	const flow_world_info_t *info;
 	uint64_t checks, wrong;
-	unsigned shown; /* wrong results printed */
+	int64_t shown; /* wrong results reported (check_show_wrong) */
 	flow_diag_t diag;
 } job_t;
 
@@ -533,33 +485,22 @@ static uint64_t elem_bits(const unsigned char *p, size_t elem)
 	return v;
 }
 
-static FLOW_PRINTF(2, 3) void show_wrong(job_t *job, const char *fmt, ...)
-{
-	va_list ap;
-	if (job->shown++ >= WRONG_SHOWN_MAX)
-		return;
-	fflush(stdout);
-	fprintf(stderr, PROG ": rank %d: ", job->info->rank);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
 /* Does buffer `which` (got, bytes long, GUARD_BYTES after it) hold want?
  * Says what differs on stderr when not. */
 static bool same_bytes(check_t *k, const char *which,
 		       const unsigned char *got, const unsigned char *want,
 		       size_t bytes)
 {
+	job_t *job = k->s->job;
 	size_t elem = flow_dtype_size(k->dc->dtype);
 	size_t first = SIZE_MAX, nwrong = 0;
 	int width = (int)(2 * elem);
 
 	for (size_t g = 0; g < GUARD_BYTES; g++) {
 		if (got[bytes + g] != GUARD_BYTE) {
-			show_wrong(k->s->job, "%s: wrote past the end of %s",
-				   k->what, which);
+			check_show_wrong(&job->shown, job->info->rank,
+					 "%s: wrote past the end of %s",
+					 k->what, which);
 			return false;
 		}
 	}
@@ -572,12 +513,12 @@ static bool same_bytes(check_t *k, const char *which,
 			nwrong++;
 		}
 	}
-	show_wrong(k->s->job,
-		   "%s: %zu of %zu %s elements wrong, the first at %zu: "
-		   "got 0x%0*" PRIx64 ", expected 0x%0*" PRIx64,
-		   k->what, nwrong, bytes / elem, which, first, width,
-		   elem_bits(got + first * elem, elem), width,
-		   elem_bits(want + first * elem, elem));
+	check_show_wrong(&job->shown, job->info->rank,
+			 "%s: %zu of %zu %s elements wrong, the first at %zu: "
+			 "got 0x%0*" PRIx64 ", expected 0x%0*" PRIx64,
+			 k->what, nwrong, bytes / elem, which, first, width,
+			 elem_bits(got + first * elem, elem), width,
+			 elem_bits(want + first * elem, elem));
 	return false;
 }
 
@@ -936,7 +877,8 @@ static void expect_true(job_t *job, bool ok, const char *what, int got,
 	job->checks++;
 	if (!ok) {
 		job->wrong++;
-		show_wrong(job, "%s: got %d, expected %d", what, got, want);
+		check_show_wrong(&job->shown, job->info->rank,
+				 "%s: got %d, expected %d", what, got, want);
 	}
 }
 
@@ -1144,39 +1086,11 @@ static flow_err_t soak(job_t *job, flow_comm_t *world)
 
 /* ---- main ---------------------------------------------------------------- */
 
-static int launch(int argc, char **argv, const options_t *opt)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	char **rank_argv = flow_launch_strip_option(argc, argv, "--nproc");
-	flow_launch_opts_t lo = { .nproc = opt->nproc, .prog = PROG };
-	int status;
-
-	if (!rank_argv) {
-		fprintf(stderr, PROG ": out of memory\n");
-		return 1;
-	}
-	lo.argv = rank_argv;
-	status = flow_launch(&lo, &diag);
-	free(rank_argv);
-	if (status < 0) {
-		fprintf(stderr, PROG ": %s\n", flow_diag_message(&diag));
-		return diag.err == FLOW_ERR_USAGE ? 2 : 1;
-	}
-	return status;
-}
-
 /* The world of a soak rank that failed and, to let the others report for
  * themselves, does not abort the job.  There is no freeing it then:
  * flow_world_free fences with every rank, and some are gone or stuck.
  * Kept reachable, so that LeakSanitizer does not count it as a leak. */
 static flow_world_t *volatile abandoned_world;
-
-static int fail(job_t *job)
-{
-	fflush(stdout);
-	fprintf(stderr, PROG ": %s\n", flow_diag_message(&job->diag));
-	return 1;
-}
 
 static int run_rank(const options_t *opt)
 {
@@ -1184,11 +1098,9 @@ static int run_rank(const options_t *opt)
 	flow_comm_t *world = NULL;
 	int status = 1;
 
-	flow_log_set_prog(PROG);
-	if (flow_world_init(&job.world, opt->timeout_s, &job.diag) != FLOW_OK)
-		return fail(&job);
-	job.info = flow_world_info(job.world);
-	flow_log_set_rank(job.info->rank);
+	if (check_join(opt->common.timeout_s, &job.world, &job.info,
+		       &job.diag) != FLOW_OK)
+		return check_fail(&job.diag);
 	if (opt->exit_rank == job.info->rank)
 		exit(opt->exit_status); /* a rank that dies without leaving */
 	if (job.info->size > MAX_RANKS) {
@@ -1207,7 +1119,7 @@ static int run_rank(const options_t *opt)
 		 * gone would be the first dead peer some slower survivor
 		 * finds, and be blamed instead of the rank that died. */
 		(void)soak(&job, world);
-		status = fail(&job);
+		status = check_fail(&job.diag);
 		sleep(SOAK_LINGER_S);
 		flow_comm_free(world);
 		abandoned_world = job.world;
@@ -1217,27 +1129,17 @@ static int run_rank(const options_t *opt)
 	if (check_everything(&job, world, &status) != FLOW_OK)
 		goto out_abort;
 	flow_comm_free(world);
-	if (flow_world_free(job.world, &job.diag) != FLOW_OK)
-		return fail(&job);
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, PROG ": cannot write to stdout: %s\n",
-			strerror(errno));
-		return 1;
-	}
-	return status;
+	return check_leave(job.world, &job.diag, status);
 
 out_abort:
-	status = fail(&job);
-	flow_comm_free(world);
-	flow_world_abort(job.world, status, flow_diag_message(&job.diag));
-	return status;
+	return check_abort(job.world, world, &job.diag);
 }
 
 int main(int argc, char **argv)
 {
 	options_t opt;
 	parse_options(argc, argv, &opt);
-	if (opt.nproc > 0)
-		return launch(argc, argv, &opt);
+	if (opt.common.nproc > 0)
+		return check_launch(argc, argv, opt.common.nproc);
 	return run_rank(&opt);
 }

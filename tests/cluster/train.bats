@@ -174,6 +174,14 @@ dp_plan() {
 	[[ "${stderr_lines[0]}" =~ ^flow-train:\ zt.plan:[0-9]+:\ \'adamw.m/wte\'\ is\ split\ on\ dp:\ this\ flow-train\ runs\ ZeRO\ only\ when\ dp\ is\ the\ only\ axis\ above\ size\ 1$ ]]
 }
 
+@test "flow-train refuses a plan whose mesh cannot split a dimension, naming its line" {
+	# 2 heads cannot be split over 3 ranks.
+	flow-plan --model "$MODEL" --mesh 3 --axes tp --batch 4 --seq-len 32 |
+		sed 's/^tensor h.0.attn.probs saved (B)$/tensor h.0.attn.probs saved (S(1))/' >e.plan
+	run -1 --separate-stderr flow-train --nproc 3 --plan e.plan --data "$DATA" --steps 2
+	[[ "${stderr_lines[0]}" =~ ^flow-train:\ e.plan:[0-9]+:\ tensor\ \'h.0.attn.probs\':\ \(S\(1\)\)\ on\ 3:tp:\ dimension\ 1\ of\ \(4,2,32,32\)\ has\ 2\ elements\ left\ for\ 3\ ranks\ of\ axis\ \'tp\'$ ]]
+}
+
 @test "flow-train --plan takes the model and batch from the plan only" {
 	dp_plan 2
 	run -2 --separate-stderr flow-train --plan dp.plan --batch 8 --data "$DATA"

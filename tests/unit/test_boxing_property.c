@@ -24,6 +24,8 @@
 #include <flow/mem.h>
 #include <flow/parse.h>
 
+#include "sbputil.h"
+
 #define DEFAULT_SEED 20261130u
 #define CONFIGS 2400        /* shape + placements drawn */
 #define ALL_PAIRS 36        /* draws with at most this many pairs run them all */
@@ -32,20 +34,6 @@
 
 static uint64_t first_seed = DEFAULT_SEED;
 
-/* splitmix64: a whole case follows from one seed. */
-static uint64_t next_u64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15u);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-	return z ^ (z >> 31);
-}
-
-static int64_t uniform(uint64_t *s, int64_t lo, int64_t hi)
-{
-	return lo + (int64_t)(next_u64(s) % (uint64_t)(hi - lo + 1));
-}
-
 /* ---- drawing cases ------------------------------------------------------------- */
 
 static void random_dims(uint64_t *s, int ndim, int64_t max_size, int64_t *dims)
@@ -53,7 +41,7 @@ static void random_dims(uint64_t *s, int ndim, int64_t max_size, int64_t *dims)
 	for (;;) {
 		int64_t size = 1;
 		for (int i = 0; i < ndim; i++) {
-			dims[i] = uniform(s, 1, 4);
+			dims[i] = splitmix64_range(s, 1, 4);
 			size *= dims[i];
 		}
 		if (size <= max_size)
@@ -86,15 +74,15 @@ static flow_mesh_t column_major(const flow_mesh_t *m)
 static flow_mesh_t reshaped(uint64_t *s, const flow_mesh_t *m)
 {
 	int64_t size = flow_mesh_size(m);
-	if (m->ndim >= 2 && uniform(s, 0, 1))
+	if (m->ndim >= 2 && splitmix64_range(s, 0, 1))
 		return column_major(m);
 	for (;;) {
-		int ndim = (int)uniform(s, 1, 3);
+		int ndim = (int)splitmix64_range(s, 1, 3);
 		int64_t dims[3], rest = size;
 		for (int i = 0; i < ndim - 1; i++) {
 			int64_t d;
 			do
-				d = uniform(s, 1, rest);
+				d = splitmix64_range(s, 1, rest);
 			while (rest % d);
 			dims[i] = d;
 			rest /= d;
@@ -106,30 +94,6 @@ static flow_mesh_t reshaped(uint64_t *s, const flow_mesh_t *m)
 		if (size == 1)
 			return t;
 	}
-}
-
-/* Every valid nd-SBP of a shape on a mesh, in a fixed order. */
-static size_t all_layouts(const flow_shape_t *shape, const flow_mesh_t *mesh,
-			  flow_nd_sbp_t *out)
-{
-	int kinds = shape->ndim + 2;
-	int64_t total = 1;
-	for (int i = 0; i < mesh->ndim; i++)
-		total *= kinds;
-	size_t n = 0;
-	for (int64_t code = 0; code < total && n < MAX_LAYOUTS; code++) {
-		flow_nd_sbp_t sbp = { .ndim = mesh->ndim };
-		int64_t c = code;
-		for (int i = 0; i < mesh->ndim; i++, c /= kinds) {
-			int d = (int)(c % kinds);
-			sbp.sbp[i] = d == 0 ? (flow_sbp_t){ FLOW_SBP_BROADCAST, 0 } :
-				     d == 1 ? (flow_sbp_t){ FLOW_SBP_PARTIAL, 0 } :
-					      (flow_sbp_t){ FLOW_SBP_SPLIT, d - 2 };
-		}
-		if (flow_nd_sbp_check(shape, &sbp, mesh, NULL) == FLOW_OK)
-			out[n++] = sbp;
-	}
-	return n;
 }
 
 /* ---- values ------------------------------------------------------------------- */
@@ -166,28 +130,6 @@ static double get(flow_dtype_t dtype, const void *buf, int64_t i)
 	default: fail();
 	}
 	return 0;
-}
-
-/* Row-major logical index of the element at offset i of a box. */
-static int64_t logical_index(const flow_shape_t *shape, const flow_box_t *box,
-			     int64_t i)
-{
-	int64_t idx = 0, rest = i, inner = 1;
-	for (int d = box->ndim - 1; d >= 0; d--) {
-		int64_t c = box->start[d] + rest % box->extent[d];
-		rest /= box->extent[d];
-		idx += c * inner;
-		inner *= shape->dims[d];
-	}
-	return idx;
-}
-
-static int64_t box_numel(const flow_box_t *b)
-{
-	int64_t n = 1;
-	for (int d = 0; d < b->ndim; d++)
-		n *= b->extent[d];
-	return n;
 }
 
 static unsigned partial_mask(const flow_nd_sbp_t *sbp, const flow_mesh_t *mesh)
@@ -415,42 +357,43 @@ static bool run_case(uint64_t seed, const flow_shape_t *shape,
 static bool run_config(uint64_t seed, stats_t *stats)
 {
 	uint64_t s = seed;
-	flow_shape_t shape = { .ndim = (int)uniform(&s, 1, 3) };
+	flow_shape_t shape = { .ndim = (int)splitmix64_range(&s, 1, 3) };
 	/* Mostly small extents, so splits are uneven and nest; sometimes
 	 * none at all, which no split accepts. */
 	for (int d = 0; d < shape.ndim; d++) {
-		int64_t kind = uniform(&s, 0, 39);
-		shape.dims[d] = kind == 0 ? 0 : kind < 30 ? uniform(&s, 1, 5) : uniform(&s, 6, 13);
+		int64_t kind = splitmix64_range(&s, 0, 39);
+		shape.dims[d] = kind == 0 ? 0 : kind < 30 ? splitmix64_range(&s, 1, 5) : splitmix64_range(&s, 6, 13);
 	}
 	static const flow_dtype_t dtypes[] = { FLOW_DTYPE_F32, FLOW_DTYPE_I32, FLOW_DTYPE_I64 };
-	flow_dtype_t dtype = dtypes[uniform(&s, 0, 2)];
+	flow_dtype_t dtype = dtypes[splitmix64_range(&s, 0, 2)];
 	int64_t dims[3];
-	int ndim = (int)uniform(&s, 1, 3);
+	int ndim = (int)splitmix64_range(&s, 1, 3);
 	random_dims(&s, ndim, 16, dims);
-	flow_mesh_t sm = make_mesh(ndim, dims, uniform(&s, 0, 3)), dm;
-	if (ndim >= 2 && uniform(&s, 0, 4) == 0)
+	flow_mesh_t sm = make_mesh(ndim, dims, splitmix64_range(&s, 0, 3)), dm;
+	if (ndim >= 2 && splitmix64_range(&s, 0, 4) == 0)
 		sm = column_major(&sm);
-	switch (uniform(&s, 0, 4)) {
+	switch (splitmix64_range(&s, 0, 4)) {
 	case 0:
 	case 1:
 		dm = sm;
 		break;
 	case 2: /* disjoint */
-		ndim = (int)uniform(&s, 1, 3);
+		ndim = (int)splitmix64_range(&s, 1, 3);
 		random_dims(&s, ndim, 16, dims);
-		dm = make_mesh(ndim, dims, top_rank(&sm) + uniform(&s, 1, 3));
+		dm = make_mesh(ndim, dims, top_rank(&sm) + splitmix64_range(&s, 1, 3));
 		break;
 	case 3: /* overlapping */
-		ndim = (int)uniform(&s, 1, 3);
+		ndim = (int)splitmix64_range(&s, 1, 3);
 		random_dims(&s, ndim, 16, dims);
-		dm = make_mesh(ndim, dims, uniform(&s, sm.base, top_rank(&sm)));
+		dm = make_mesh(ndim, dims, splitmix64_range(&s, sm.base, top_rank(&sm)));
 		break;
 	default:
 		dm = reshaped(&s, &sm);
 		break;
 	}
 	static flow_nd_sbp_t from[MAX_LAYOUTS], to[MAX_LAYOUTS];
-	size_t nf = all_layouts(&shape, &sm, from), nt = all_layouts(&shape, &dm, to);
+	size_t nf = all_layouts(&shape, &sm, from, MAX_LAYOUTS),
+	       nt = all_layouts(&shape, &dm, to, MAX_LAYOUTS);
 	bool ok = true;
 	if (nf * nt <= ALL_PAIRS) {
 		for (size_t a = 0; a < nf && ok; a++)
@@ -460,8 +403,8 @@ static bool run_config(uint64_t seed, stats_t *stats)
 	}
 	for (int k = 0; k < PAIRS_PER_CONFIG && ok; k++) {
 		/* Drawn in separate statements: argument order is unspecified. */
-		int64_t a = uniform(&s, 0, (int64_t)nf - 1);
-		int64_t b = uniform(&s, 0, (int64_t)nt - 1);
+		int64_t a = splitmix64_range(&s, 0, (int64_t)nf - 1);
+		int64_t b = splitmix64_range(&s, 0, (int64_t)nt - 1);
 		ok = run_case(seed, &shape, dtype, &sm, &from[a], &dm, &to[b], stats);
 	}
 	return ok;
@@ -501,7 +444,7 @@ static void test_boxing_property_every_pair_on_2x2(void **state)
 	int64_t dims[2] = { 2, 2 };
 	flow_mesh_t mesh = make_mesh(2, dims, 0);
 	static flow_nd_sbp_t all[MAX_LAYOUTS];
-	size_t n = all_layouts(&shape, &mesh, all);
+	size_t n = all_layouts(&shape, &mesh, all, MAX_LAYOUTS);
 	stats_t stats = { 0 };
 	for (size_t a = 0; a < n; a++)
 		for (size_t b = 0; b < n; b++)

@@ -411,19 +411,6 @@ static void test_sbp_check_names_the_first_problem(void **state)
 
 /* ---- property -------------------------------------------------------------------- */
 
-static uint64_t next_u64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15u);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-	return z ^ (z >> 31);
-}
-
-static int64_t uniform(uint64_t *s, int64_t lo, int64_t hi)
-{
-	return lo + (int64_t)(next_u64(s) % (uint64_t)(hi - lo + 1));
-}
-
 /* For random shapes, meshes and nd-SBPs: a valid layout gives every
  * position a non-empty box, and the positions of each copy (the same
  * coordinates on the B and P axes) tile the tensor exactly once; an
@@ -435,18 +422,18 @@ static void test_sbp_property_split_boxes_tile_each_copy(void **state)
 	uint64_t s = seed;
 	int valid = 0, invalid = 0;
 	for (int c = 0; c < 3000; c++) {
-		flow_shape_t shape = { .ndim = (int)uniform(&s, 1, 3) };
+		flow_shape_t shape = { .ndim = (int)splitmix64_range(&s, 1, 3) };
 		for (int d = 0; d < shape.ndim; d++)
-			shape.dims[d] = uniform(&s, 0, 12);
+			shape.dims[d] = splitmix64_range(&s, 0, 12);
 		int64_t dims[3];
-		int ndim = (int)uniform(&s, 1, 3);
+		int ndim = (int)splitmix64_range(&s, 1, 3);
 		for (int i = 0; i < ndim; i++)
-			dims[i] = uniform(&s, 1, 4);
+			dims[i] = splitmix64_range(&s, 1, 4);
 		flow_mesh_t m;
 		assert_int_equal(flow_mesh_init(&m, ndim, dims, 0, NULL), FLOW_OK);
 		flow_nd_sbp_t x = { .ndim = ndim };
 		for (int i = 0; i < ndim; i++) {
-			int64_t k = uniform(&s, -2, shape.ndim - 1);
+			int64_t k = splitmix64_range(&s, -2, shape.ndim - 1);
 			x.sbp[i] = k == -2 ? (flow_sbp_t){ FLOW_SBP_BROADCAST, 0 } :
 				   k == -1 ? (flow_sbp_t){ FLOW_SBP_PARTIAL, 0 } :
 					     (flow_sbp_t){ FLOW_SBP_SPLIT, (int)k };
