@@ -1009,15 +1009,6 @@ static void shm_destroy(flow_comm_t *c)
 	c->impl = NULL;
 }
 
-static uint64_t fnv1a(const char *text)
-{
-	uint64_t h = UINT64_C(0xcbf29ce484222325);
-
-	for (; *text != '\0'; text++)
-		h = (h ^ (unsigned char)*text) * UINT64_C(0x100000001b3);
-	return h;
-}
-
 static void setup_pause(void)
 {
 	struct timespec ts = { 0, SHM_SETUP_POLL_NS };
@@ -1219,8 +1210,9 @@ flow_err_t flow_comm_shm_init(flow_comm_t *c, flow_diag_t *diag)
 	s->n = c->size;
 	s->me = c->rank;
 	s->spin_s = ncpu >= s->n ? SHM_SPIN_DEDICATED_S : SHM_SPIN_SHARED_S;
-	snprintf(s->name, sizeof(s->name), "/flow-%016" PRIx64 "-%016" PRIx64,
-		 fnv1a(info->job), c->id);
+	snprintf(s->name, sizeof(s->name),
+		 "/flow-%016" PRIx64 "-%016" PRIx64 "-%016" PRIx64,
+		 info->job_hash, info->job_nonce, c->id);
 	s->srcs = calloc((size_t)s->n, sizeof(*s->srcs));
 	if (s->srcs == NULL) {
 		err = flow_comm_fail(c, diag, FLOW_ERR_NOMEM,

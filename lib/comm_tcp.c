@@ -146,17 +146,6 @@ static uint64_t get64(const uint8_t *p)
 	return le64toh(v);
 }
 
-/* FNV-1a: only has to tell two jobs apart. */
-static uint64_t hash_str(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (; *s; s++) {
-		h ^= (unsigned char)*s;
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-
 typedef struct hdr {
 	uint32_t magic, op;
 	uint64_t id, seq, bytes;
@@ -370,7 +359,7 @@ static tcp_world_t *tw_get(flow_world_t *w)
 	tw->world = w;
 	tw->size = info->size;
 	tw->me = info->rank;
-	tw->job_hash = hash_str(info->job);
+	tw->job_hash = info->job_hash ^ info->job_nonce;
 	tw->next = worlds;
 	worlds = tw;
 	return tw;

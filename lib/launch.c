@@ -25,6 +25,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -46,6 +47,7 @@
 #include "pmix_internal.h"
 
 #include <flow/launch.h>
+#include <flow/world.h>
 
 /* ---- the rank's command line (every build) ---------------------------- */
 
@@ -1368,6 +1370,24 @@ static void deregister_job(const launch_t *l)
 		alarm(before);
 }
 
+/* A rank killed while setting up a shared-memory communicator leaves its
+ * segment's name behind (the others unlink it once all have mapped it):
+ * after a failure, remove every name of this job (flow_job_hash). */
+static void remove_job_segments(const launch_t *l)
+{
+	char prefix[32];
+	snprintf(prefix, sizeof prefix, "flow-%016" PRIx64 "-",
+		 flow_job_hash(l->nspace));
+	DIR *d = opendir("/dev/shm");
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
+			(void)unlinkat(dirfd(d), e->d_name, 0);
+	closedir(d);
+}
+
 /* The status to return once every rank is gone.  Stopped by a signal, we
  * end by it, so a calling shell sees it (the caller's own handler, restored
  * by now, runs first). */
@@ -1377,6 +1397,8 @@ static int finish(launch_t *l)
 		     : l->failed ? l->exit_code : 0;
 	if (status == 0)
 		deregister_job(l);
+	else
+		remove_job_segments(l);
 	remove_private_dir(l); /* again: a late libpmix write may re-make it */
 	if (l->cancel_sig)
 		raise(l->cancel_sig);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@
 typedef struct peer {
 	uint32_t told_size; /* the world size its launcher gave it */
 	int32_t pid;
+	uint64_t nonce;     /* random: rank 0's makes the job id */
 	char host[FLOW_HOST_MAX];
 	char addr[ADDR_MAX];
 } peer_t;
@@ -382,10 +384,31 @@ static void number_nodes(flow_world_t *w)
 	}
 }
 
+/* 64 random bits; without the kernel's, the clock and the pid differ
+ * from run to run too. */
+static uint64_t random_u64(void)
+{
+	uint64_t x;
+	if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x)
+		return x;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^
+	       (uint64_t)getpid() << 17;
+}
+
+uint64_t flow_job_hash(const char *nspace)
+{
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	for (; *nspace; nspace++)
+		h = (h ^ (unsigned char)*nspace) * UINT64_C(0x100000001b3);
+	return h;
+}
+
 static flow_err_t exchange_peers(flow_world_t *w, flow_diag_t *diag)
 {
 	peer_t mine = { .told_size = (uint32_t)w->info.size,
-			.pid = (int32_t)getpid() };
+			.pid = (int32_t)getpid(), .nonce = random_u64() };
 	snprintf(mine.host, sizeof mine.host, "%s", w->info.host);
 	if (w->info.size > 1) {
 		flow_err_t err = open_listener(w, mine.addr, sizeof mine.addr,
@@ -408,6 +431,8 @@ static flow_err_t exchange_peers(flow_world_t *w, flow_diag_t *diag)
 				w->info.rank, w->info.host, r, p->host,
 				p->told_size, w->info.size);
 	}
+	w->info.job_hash = flow_job_hash(w->info.job);
+	w->info.job_nonce = w->peers[0].nonce;
 	number_nodes(w);
 	return FLOW_OK;
 }

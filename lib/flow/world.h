@@ -31,6 +31,14 @@ typedef struct flow_world_info {
 				     gethostname(): simulated nodes share it */
 	char launcher[16];        /* "pmix" or "singleton" */
 	char job[128];            /* PMIx namespace (for messages only) */
+	uint64_t job_hash;        /* of the namespace (flow_job_hash) */
+	uint64_t job_nonce;       /* rank 0's random number: with job_hash,
+				     this run of the job, the same on every
+				     rank and different from any other run's
+				     (namespaces repeat: a fresh Slurm numbers
+				     its jobs from 1 again, launcher pids are
+				     reused); it names the job's shared memory
+				     and checks its connections */
 } flow_world_info_t;
 
 typedef struct flow_world flow_world_t;
@@ -48,6 +56,12 @@ typedef struct flow_world flow_world_t;
  * exchange fails; FLOW_ERR_NOMEM. */
 FLOW_EXPORT flow_err_t flow_world_init(flow_world_t **out, double timeout_s,
 				       flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* FNV-1a of a PMIx namespace: the start of the names of the job's shared
+ * memory segments, "/flow-<16 hex digits>-", which its launcher removes
+ * when the job fails (a rank killed while setting up a communicator
+ * cannot). */
+FLOW_EXPORT uint64_t flow_job_hash(const char *nspace);
 
 /* Borrowed; valid while w is. */
 FLOW_EXPORT const flow_world_info_t *flow_world_info(const flow_world_t *w);
