@@ -217,6 +217,11 @@ static flow_err_t add_op(builder_t *b, size_t i)
 			return boxed;
 		o.in[k] = boxed;
 	}
+	/* Cross-entropy writes the logits' gradient over its input, which
+	 * the gradient tensor aliases: a boxed copy would hide it. */
+	if (g->kind == FLOW_OP_CROSS_ENTROPY && o.in[0] != g->in[0])
+		return notsup(b, po->line, po->name,
+			      "cross-entropy reading its logits in another layout than they are written");
 	const flow_op_def_t *def = flow_op_def(g->kind);
 	for (int k = 0; k < g->nout; k++) {
 		int t = g->out[k];

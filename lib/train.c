@@ -561,7 +561,8 @@ static flow_err_t trainer_split_batch(flow_trainer_t *t, flow_diag_t *diag)
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "batch %" PRIu32 " does not split evenly over %d ranks",
 				     c->batch, t->dp_size);
-	if (t->dp_size > 1 && (c->dump_batches || c->dump_grads))
+	int ranks = c->world ? flow_comm_size(c->world) : t->dp_size;
+	if (ranks > 1 && (c->dump_batches || c->dump_grads))
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "--dump-batches and --dump-grads need one rank");
 	t->local_batch = c->batch / (uint32_t)t->dp_size;

@@ -147,12 +147,34 @@ static void test_refuses_split_attention(void **state)
 	flow_plan_free(p);
 }
 
+/* A cross-entropy whose logits would need boxing is refused: its
+ * gradient is written over them in place. */
+static void test_refuses_boxed_cross_entropy(void **state)
+{
+	(void)state;
+	flow_plan_t *p = standard("2", "tp", 0);
+	flow_graph_t g;
+	build_global(p, &g);
+	for (size_t i = 0; i < p->nops; i++)
+		if (strcmp(p->ops[i].name, "loss") == 0)
+			p->ops[i].in[0].sbp[0] =
+				(flow_sbp_t){ FLOW_SBP_BROADCAST, 0 };
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_local_t l;
+	assert_int_equal(flow_local_build(p, &g, 0, &l, &diag),
+			 FLOW_ERR_NOTSUP);
+	assert_non_null(strstr(diag.msg, ": loss: cross-entropy reading its logits in another layout"));
+	flow_graph_release(&g);
+	flow_plan_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tensor_parallel_shapes),
 		cmocka_unit_test(test_data_parallel_has_no_boxing),
 		cmocka_unit_test(test_refuses_split_attention),
+		cmocka_unit_test(test_refuses_boxed_cross_entropy),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
