@@ -8,7 +8,9 @@
 # plan for 2 ranks, checked, then flow-train on 2 local ranks from that
 # plan (flow's own launcher): a small GPT on that corpus
 # whose loss falls, a checkpoint, and a resume from it that reproduces the
-# uninterrupted run bit for bit.  Later stages (export) join as they land.
+# uninterrupted run bit for bit; then the same checkpoint resumed on a
+# tensor-parallel plan, which follows the same curve to float rounding.
+# Later stages (export) join as they land.
 set -euo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,8 +45,9 @@ echo "== flow-plan: the data-parallel plan of a 4-layer GPT on 2 ranks, checked"
 "$bin/flow-plan" --check "$demo/gpt.plan" --world 2
 
 echo "== flow-train --nproc 2 --plan: the GPT on the corpus, data parallel on 2 ranks"
-train=(--nproc 2 --plan "$demo/gpt.plan" --data "$demo/data" --steps 120 --lr 2e-3 --warmup 10 --eval-every 60
-	--eval-batches 4 --ckpt-dir "$demo/ckpt" --ckpt-every 60)
+run=(--data "$demo/data" --steps 120 --lr 2e-3 --warmup 10 --eval-every 60 --eval-batches 4
+	--ckpt-every 60)
+train=(--nproc 2 --plan "$demo/gpt.plan" "${run[@]}" --ckpt-dir "$demo/ckpt")
 "$bin/flow-train" "${train[@]}" | tee "$demo/train.tsv" |
 	awk -F'\t' '/^#/ || $1 == "step" || $2 == "val" || $1 % 10 == 0'
 awk -F'\t' '$2 == "train" && $1 == 1 { first = $3 } $2 == "train" { last = $3 }
@@ -60,4 +63,18 @@ if ! cmp -s <(rows "$demo/train.tsv") <(rows "$demo/resumed.tsv"); then
 	exit 1
 fi
 echo "demo: steps 61-120 after resuming equal the uninterrupted run bit for bit"
+
+echo "== flow-train --plan, tensor parallel: the data-parallel checkpoint resumed on a tp=2 plan"
+"$bin/flow-plan" --model gpt:layers=4,heads=4,dim=128,vocab=256,seq=128 --mesh 2 \
+	--axes tp --batch 8 --seq-len 128 -o "$demo/tp.plan"
+"$bin/flow-train" --nproc 2 --plan "$demo/tp.plan" "${run[@]}" --ckpt-dir "$demo/ckpt-tp" \
+	--resume "$demo/ckpt/step-00000060" >"$demo/tp.tsv"
+grep '^# sharded over mesh' "$demo/tp.tsv"
+if ! paste <(rows "$demo/train.tsv") <(rows "$demo/tp.tsv") | awk -F'\t' '
+	{ r = ($3 - $8) / $3; if (r < 0) r = -r; if (r > worst) worst = r }
+	END { printf "demo: steps 61-120 on tp=2: worst loss difference %.2g (relative)\n", worst
+	      exit !(NR == 60 && worst < 1e-5) }'; then
+	echo "demo: the tensor-parallel run left the data-parallel curve" >&2
+	exit 1
+fi
 echo "demo: every stage passed"
