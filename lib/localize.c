@@ -313,7 +313,6 @@ flow_err_t flow_local_build(const flow_plan_t *plan, const flow_graph_t *global,
 	memset(l, 0, sizeof *l);
 	flow_graph_init(&l->graph);
 	l->index = index;
-	l->nglobal = global->ntensors;
 	if (plan->nops != global->nops)
 		return flow_diag_set(diag, FLOW_ERR_FORMAT,
 				     "%s: %zu ops for a graph of %zu", plan->path,

@@ -33,7 +33,6 @@ extern "C" {
 typedef struct flow_local {
 	flow_graph_t graph;         /* local shapes, boxing ops inserted */
 	int64_t index;              /* this rank's mesh position */
-	size_t nglobal;             /* tensors of the global graph */
 	flow_nd_sbp_t *sbp;         /* per local tensor: its layout */
 	flow_box_t *box;            /* per local tensor: its box of the
 				     * logical tensor */

@@ -9,8 +9,9 @@ load common
 MODEL=gpt:layers=2,heads=2,dim=32,vocab=256,seq=32
 # Warmup, clipping that clips and two micro-batches per step: every part of
 # the step that crosses ranks is exercised.
-TRAIN=(--model "$MODEL" --batch 4 --seq-len 32 --grad-accum 2 --steps 20
-	--warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20)
+# RUN: what a plan leaves to the command line.
+RUN=(--steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20)
+TRAIN=(--model "$MODEL" --batch 4 --seq-len 32 --grad-accum 2 "${RUN[@]}")
 
 setup_file() {
 	FLOW_SLURM_SUBNET=10.79.67 slurm_up SLURM2 7167 -n 2
@@ -153,8 +154,7 @@ dp_plan() {
 
 @test "flow-train --plan of 2 data-parallel ranks equals the same run without a plan" {
 	dp_plan 2
-	PLAN=(--steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20)
-	run -0 --separate-stderr flow-train --nproc 2 --plan dp.plan "${PLAN[@]}" --data "$DATA"
+	run -0 --separate-stderr flow-train --nproc 2 --plan dp.plan "${RUN[@]}" --data "$DATA"
 	printf '%s\n' "$output" >plan.tsv
 	grep -q '^# plan dp.plan (mesh 2:dp)$' plan.tsv
 	flow-train --nproc 2 "${TRAIN[@]}" --data "$DATA" >noplan.tsv
@@ -202,15 +202,17 @@ for i in 0 1; do
 	done
 done
 
-# 20 steps from the ZeRO-$1 plan on $2 ranks with global batch $3 (default
-# 4), a checkpoint every 10 steps in ck$1: the rows in zero$1.tsv.
-zero_run() {
-	flow-plan --model "$MODEL" --mesh "$2" --axes dp --batch "${3:-4}" --seq-len 32 \
-		--grad-accum 2 --zero "$1" >zero$1.plan
-	run -0 --separate-stderr flow-train --nproc "$2" --plan zero$1.plan \
-		--steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20 \
-		--data "$DATA" --ckpt-dir ck$1 --ckpt-every 10
-	printf '%s\n' "$output" >zero$1.tsv
+# plan_run NAME NPROC BATCH FLOW-PLAN-OPTIONS...: the standard plan of
+# MODEL (global batch BATCH, seq-len 32, grad-accum 2) in NAME.plan, then
+# its 20 steps on NPROC ranks with a checkpoint every 10 steps in
+# ck-NAME; the rows in NAME.tsv.
+plan_run() {
+	local name=$1 n=$2 batch=$3
+	shift 3
+	flow-plan --model "$MODEL" --batch "$batch" --seq-len 32 --grad-accum 2 "$@" >"$name.plan"
+	run -0 --separate-stderr flow-train --nproc "$n" --plan "$name.plan" "${RUN[@]}" \
+		--data "$DATA" --ckpt-dir "ck-$name" --ckpt-every 10
+	printf '%s\n' "$output" >"$name.tsv"
 }
 
 # The one-rank run with a checkpoint of its step 20, made once.
@@ -221,23 +223,28 @@ one_rank_ckpt() {
 	ONE_CKPT=$BATS_FILE_TMPDIR/ck1/step-00000020
 }
 
-# ZeRO stage $1 on 4 ranks: the one-rank losses, and its parameters and
-# moments after 20 steps, within 1e-5.
-assert_zero_parity() {
+# The run NAME of plan_run (batch 4) against one rank: the losses, and the
+# parameters and moments after 20 steps, within 1e-5.
+assert_parity() {
 	one_rank_ckpt
-	zero_run "$1" 4
-	grep -q "^# zero over 4 ranks: 28 of 28 parameters' moments" zero$1.tsv
-	assert_losses_close zero$1.tsv 1e-5
-	"$CKPT_CLOSE" "$ONE_CKPT" ck$1/step-00000020 1e-5 "${KEY_BIAS[@]}"
-	# Each rank wrote its own shards.
-	[ "$(ls ck$1/step-00000020/*.bin | wc -l)" -eq 4 ]
+	assert_losses_close "$1.tsv" 1e-5
+	"$CKPT_CLOSE" "$ONE_CKPT" "ck-$1/step-00000020" 1e-5 "${KEY_BIAS[@]}"
+}
+
+# ZeRO stage $1 on 4 ranks, in zero$1: parity, each rank writing its own
+# shards.
+assert_zero_parity() {
+	plan_run "zero$1" 4 4 --mesh 4 --axes dp --zero "$1"
+	grep -q "^# zero over 4 ranks: 28 of 28 parameters' moments" "zero$1.tsv"
+	assert_parity "zero$1"
+	[ "$(ls "ck-zero$1"/step-00000020/*.bin | wc -l)" -eq 4 ]
 }
 
 @test "ZeRO 1 on 4 ranks: the one-rank losses and parameters" {
 	assert_zero_parity 1
 	grep -q "28 of 28 parameters' moments, 0 gradients, 0 parameters sharded" zero1.tsv
-	grep -q '^tensor adamw.m/wte f32 (256,32) 4 (S(0))$' ck1/step-00000020/manifest
-	grep -q '^tensor wte f32 (256,32) 1 (B)$' ck1/step-00000020/manifest
+	grep -q '^tensor adamw.m/wte f32 (256,32) 4 (S(0))$' ck-zero1/step-00000020/manifest
+	grep -q '^tensor wte f32 (256,32) 1 (B)$' ck-zero1/step-00000020/manifest
 }
 
 @test "ZeRO 2 on 4 ranks: the one-rank losses and parameters" {
@@ -248,31 +255,30 @@ assert_zero_parity() {
 @test "ZeRO 3 on 4 ranks: the one-rank losses and parameters" {
 	assert_zero_parity 3
 	grep -q "28 of 28 parameters' moments, 28 gradients, 28 parameters sharded" zero3.tsv
-	grep -q '^tensor wte f32 (256,32) 4 (S(0))$' ck3/step-00000020/manifest
-	grep -q '^shard wte 3 192:256,0:32 rank-00003.bin ' ck3/step-00000020/manifest
+	grep -q '^tensor wte f32 (256,32) 4 (S(0))$' ck-zero3/step-00000020/manifest
+	grep -q '^shard wte 3 192:256,0:32 rank-00003.bin ' ck-zero3/step-00000020/manifest
 }
 
 @test "ZeRO 3 on 3 ranks: uneven shards follow the one-rank run of the same batch" {
 	# Batch 6 over 3 ranks; 256, 128, 96 and 32 rows do not split in 3.
 	flow-train "${TRAIN[@]}" --batch 6 --data "$DATA" --ckpt-dir ck6 >one6.tsv
-	zero_run 3 3 6
-	grep -q '^shard wte 0 0:86,0:32 rank-00000.bin ' ck3/step-00000020/manifest
-	grep -q '^shard wte 2 171:256,0:32 rank-00002.bin ' ck3/step-00000020/manifest
-	numbers zero3.tsv >got.rows
+	plan_run uneven 3 6 --mesh 3 --axes dp --zero 3
+	grep -q '^shard wte 0 0:86,0:32 rank-00000.bin ' ck-uneven/step-00000020/manifest
+	grep -q '^shard wte 2 171:256,0:32 rank-00002.bin ' ck-uneven/step-00000020/manifest
+	numbers uneven.tsv >got.rows
 	numbers one6.tsv >want.rows
 	rows_close got.rows want.rows 1e-5
-	"$CKPT_CLOSE" ck6/step-00000020 ck3/step-00000020 1e-5 "${KEY_BIAS[@]}"
+	"$CKPT_CLOSE" ck6/step-00000020 ck-uneven/step-00000020 1e-5 "${KEY_BIAS[@]}"
 }
 
 @test "ZeRO 2 resumes bit for bit on its plan, and on one rank without it" {
-	zero_run 2 4
-	run -0 --separate-stderr flow-train --nproc 4 --plan zero2.plan \
-		--steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20 \
-		--data "$DATA" --resume ck2/step-00000010
+	plan_run zero2 4 4 --mesh 4 --axes dp --zero 2
+	run -0 --separate-stderr flow-train --nproc 4 --plan zero2.plan "${RUN[@]}" \
+		--data "$DATA" --resume ck-zero2/step-00000010
 	printf '%s\n' "$output" >resumed.tsv
 	diff <(numbers zero2.tsv | tail -n 10) <(numbers resumed.tsv)
 	# The shards assemble into whole tensors for a run laid out otherwise.
-	flow-train "${TRAIN[@]}" --data "$DATA" --resume ck2/step-00000010 >one-rank.tsv
+	flow-train "${TRAIN[@]}" --data "$DATA" --resume ck-zero2/step-00000010 >one-rank.tsv
 	numbers one-rank.tsv >got.rows
 	numbers "$ONE" | tail -n 10 >want.rows
 	rows_close got.rows want.rows 1e-5
@@ -283,8 +289,7 @@ assert_zero_parity() {
 # mid-write or mid-commit), relaunch with --resume latest: the steps after
 # the checkpoint must be those of the uninterrupted run in $3, bit for bit.
 kill_and_resume() {
-	local plan=(--plan "$1" --steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0
-		--comm-timeout 20 --data "$DATA" --ckpt-dir ck --ckpt-every 2)
+	local plan=(--plan "$1" "${RUN[@]}" --data "$DATA" --ckpt-dir ck --ckpt-every 2)
 	rm -rf ck
 	flow-train --nproc "$2" "${plan[@]}" >killed.tsv 2>killed.err &
 	local launcher=$! victim= i status=0 from
@@ -306,79 +311,58 @@ kill_and_resume() {
 }
 
 @test "ZeRO 3: kill -9 of a rank, then --resume latest reproduces the run bit for bit" {
-	zero_run 3 4
+	plan_run zero3 4 4 --mesh 4 --axes dp --zero 3
 	kill_and_resume zero3.plan 4 zero3.tsv
 }
 
 @test "a ZeRO checkpoint missing a rank's shards is refused in one line" {
-	zero_run 1 4
-	rm ck1/step-00000010/rank-00002.bin
-	run -1 --separate-stderr flow-train --nproc 4 --plan zero1.plan --steps 20 --warmup 5 \
-		--lr 3e-3 --clip 0.5 --peak-gflops 0 --data "$DATA" --resume ck1/step-00000010
+	plan_run zero1 4 4 --mesh 4 --axes dp --zero 1
+	rm ck-zero1/step-00000010/rank-00002.bin
+	run -1 --separate-stderr flow-train --nproc 4 --plan zero1.plan "${RUN[@]}" --data "$DATA" \
+		--resume ck-zero1/step-00000010
 	# Every rank finds it (their lines may come in any order with the
 	# launcher's).
 	printf '%s\n' "$stderr" >&2
-	printf '%s\n' "$stderr" | grep -Eq "^flow-train: ck1/step-00000010/manifest:[0-9]+: shard file 'ck1/step-00000010/rank-00002.bin' is missing\$"
+	printf '%s\n' "$stderr" | grep -Eq "^flow-train: ck-zero1/step-00000010/manifest:[0-9]+: shard file 'ck-zero1/step-00000010/rank-00002.bin' is missing\$"
 	# The checkpoint that is whole still resumes.
-	flow-train --nproc 4 --plan zero1.plan --steps 20 --warmup 5 --lr 3e-3 --clip 0.5 \
-		--peak-gflops 0 --data "$DATA" --resume ck1/step-00000020 >/dev/null
+	flow-train --nproc 4 --plan zero1.plan "${RUN[@]}" --data "$DATA" \
+		--resume ck-zero1/step-00000020 >/dev/null
 }
 
 # ---- tensor parallelism: Megatron layouts on tp, alone and with dp --------------------
 
-# 20 steps from the standard plan of mesh $1 on axes $2 (world = the mesh's
-# ranks), a checkpoint every 10 steps in ck-$3: the rows in $3.tsv.
-mesh_run() {
-	flow-plan --model "$MODEL" --mesh "$1" --axes "$2" --batch 4 --seq-len 32 \
-		--grad-accum 2 >"$3.plan"
-	local n=$(( ${1%%x*} * ${1#*x} ))
-	[[ "$1" == *x* ]] || n=$1
-	run -0 --separate-stderr flow-train --nproc "$n" --plan "$3.plan" \
-		--steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20 \
-		--data "$DATA" --ckpt-dir "ck-$3" --ckpt-every 10
-	printf '%s\n' "$output" >"$3.tsv"
-}
-
-# The run $1 (mesh_run's name) against one rank: losses and, after 20
-# steps, parameters and moments within 1e-5.
-assert_mesh_parity() {
-	one_rank_ckpt
-	assert_losses_close "$1.tsv" 1e-5
-	"$CKPT_CLOSE" "$ONE_CKPT" "ck-$1/step-00000020" 1e-5 "${KEY_BIAS[@]}"
-}
-
 @test "tensor parallel on 2 ranks: the one-rank losses and parameters" {
-	mesh_run 2 tp tp2
+	plan_run tp2 2 4 --mesh 2 --axes tp
 	grep -q '^# sharded over mesh 2:tp (shm): each rank runs its shards, with [0-9]* boxing ops' tp2.tsv
-	assert_mesh_parity tp2
+	assert_parity tp2
 	# The vocabulary-parallel embedding: wte's rows split over tp.
 	grep -q '^tensor wte f32 (256,32) 2 (S(0))$' ck-tp2/step-00000020/manifest
 	grep -q '^tensor h.0.mlp.c_proj.weight f32 (32,128) 2 (S(1))$' ck-tp2/step-00000020/manifest
 }
 
 @test "2x2 mesh, data and tensor parallel: the one-rank losses and parameters" {
-	mesh_run 2x2 dp,tp mesh22
+	plan_run mesh22 4 4 --mesh 2x2 --axes dp,tp
 	grep -q '^# data parallel over 2 ranks' mesh22.tsv
 	grep -q '^# sharded over mesh 2x2:dp,tp' mesh22.tsv
-	assert_mesh_parity mesh22
+	assert_parity mesh22
 	grep -q '^tensor wte f32 (256,32) 2x2 (B,S(0))$' ck-mesh22/step-00000020/manifest
 }
 
 @test "tensor parallel on 3 ranks: dimensions the mesh does not divide" {
 	# 256 vocabulary rows, 128 MLP rows and 32 columns over 3 ranks.
-	mesh_run 3 tp tp3
-	assert_mesh_parity tp3
+	plan_run tp3 3 4 --mesh 3 --axes tp
+	assert_parity tp3
 	grep -q '^shard wte 0 0:86,0:32 rank-00000.bin ' ck-tp3/step-00000020/manifest
 	grep -q '^shard h.0.mlp.c_fc.weight 2 86:128,0:32 rank-00002.bin ' ck-tp3/step-00000020/manifest
 }
 
 @test "2x2 mesh: kill -9 of a rank, then --resume latest reproduces the run bit for bit" {
-	mesh_run 2x2 dp,tp full
+	plan_run full 4 4 --mesh 2x2 --axes dp,tp
 	kill_and_resume full.plan 4 full.tsv
 }
 
 @test "a 2x2 checkpoint resumes on one rank without a plan" {
-	mesh_run 2x2 dp,tp m
+	plan_run m 4 4 --mesh 2x2 --axes dp,tp
 	flow-train "${TRAIN[@]}" --data "$DATA" --resume ck-m/step-00000010 >one-rank.tsv
 	numbers one-rank.tsv >got.rows
 	numbers "$ONE" | tail -n 10 >want.rows
@@ -387,8 +371,7 @@ assert_mesh_parity() {
 
 @test "a 2x2 plan under mpirun and under srun across two nodes" {
 	flow-plan --model "$MODEL" --mesh 2x2 --axes dp,tp --batch 4 --seq-len 32 --grad-accum 2 >m.plan
-	PLAN=(--plan m.plan --steps 20 --warmup 5 --lr 3e-3 --clip 0.5 --peak-gflops 0 --comm-timeout 20
-		--data "$DATA")
+	PLAN=(--plan m.plan "${RUN[@]}" --data "$DATA")
 	flow-train --nproc 4 "${PLAN[@]}" >nproc.tsv
 	if command -v mpirun >/dev/null; then
 		run -0 --separate-stderr timeout 120 mpirun --allow-run-as-root --oversubscribe \
