@@ -3,7 +3,7 @@
  * One program, several modes ("flow-bench MODE ..."); a mode is one entry of
  * the modes[] table: its name, a validation function (usage errors, exit 2)
  * and a run function (calls libflow, writes the records, returns the exit
- * status).  The measuring itself lives in lib/bench.c (flow/bench.h). */
+ * status).  The measuring itself lives in lib/bench/bench.c (flow/bench.h). */
 #include <config.h>
 
 #include <math.h>

@@ -5,8 +5,8 @@
  * executor), --signatures (the SBP signatures of an op), --model (write
  * the standard plan of a model on a mesh, flow-plan(5)) and --check
  * (validate a plan and summarise its boxings and memory).  The work lives
- * in lib/sbp.c, lib/boxing.c, lib/boxing_sim.c, lib/ops/signature.c and
- * lib/plan.c; this file parses, validates, calls and reports. */
+ * in lib/sbp/sbp.c, lib/sbp/boxing.c, lib/sbp/boxing_sim.c, lib/ops/signature.c and
+ * lib/plan/plan.c; this file parses, validates, calls and reports. */
 #include <config.h>
 
 #include <inttypes.h>

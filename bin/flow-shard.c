@@ -2,8 +2,8 @@
  * checksummed token shards and a manifest, verify one, list it, or print
  * the order in which the loader would read it.  Four modes, chosen by
  * option: build (the default, -o DIR INPUT...), --verify DIR, --info DIR
- * and --order DIR.  The work lives in lib/dataset.c, lib/shard.c,
- * lib/manifest.c and lib/loader.c; this file parses, validates, calls and
+ * and --order DIR.  The work lives in lib/data/dataset.c, lib/data/shard.c,
+ * lib/data/manifest.c and lib/data/loader.c; this file parses, validates, calls and
  * reports. */
 #include <config.h>
 

@@ -1,8 +1,8 @@
 /* flow-train: train a GPT from a flow-shard dataset, on one rank or data
  * parallel over the ranks of a PMIx job (srun, mpirun, --nproc), writing
  * one TSV row per step, checkpoints, and resuming exactly from them.  The
- * work lives in lib/train.c (the loop), lib/models/gpt.c (the model),
- * lib/graph.c, lib/autograd.c and lib/exec.c (the step), lib/ckpt.c;
+ * work lives in lib/runtime/train.c (the loop), lib/models/gpt.c (the model),
+ * lib/graph/graph.c, lib/graph/autograd.c and lib/runtime/exec.c (the step), lib/ckpt/ckpt.c;
  * this file parses, validates, calls and reports. */
 #include <config.h>
 

@@ -12,7 +12,7 @@
  * in range -- so it is shuffled across and within shards, needs no memory,
  * and any position can be computed directly, on any machine.  The exact
  * construction (key derivation, rounds, cycle walking) is written down in
- * lib/loader_internal.h; it is part of the contract: a change would
+ * lib/data/loader_internal.h; it is part of the contract: a change would
  * reorder every run's data.
  *
  * Batches: global batch s is stream positions [s*G, (s+1)*G) for global

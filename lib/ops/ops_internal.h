@@ -1,5 +1,5 @@
 /* Private to the op definitions (lib/ops/) and the graph code that drives
- * them (lib/graph.c, lib/autograd.c, lib/memplan.c, lib/exec.c): what the
+ * them (lib/graph/graph.c, lib/graph/autograd.c, lib/graph/memplan.c, lib/runtime/exec.c): what the
  * graph needs to know about an op beyond the public flow_op_def_t, the
  * checks every shape rule starts with, and the one gradient rule shared by
  * every op whose backward is a single backward op. */
@@ -241,7 +241,7 @@ flow_err_t flow_sig_adjoint(const flow_sig_query_t *fwd_query,
 /* ---- graph internals shared by graph.c, autograd.c and memplan.c -------- */
 
 /* Append op as given (kind, name, attrs, forward op, tensor indices of
- * g), for rewrites that build a graph op by op (lib/localize.c): checks
+ * g), for rewrites that build a graph op by op (lib/plan/localize.c): checks
  * the indices and counts only, flow_graph_validate the rest.  Marks each
  * output's producer when it has none.  Returns the index or <0. */
 int flow_graph_append_op(flow_graph_t *g, const flow_graph_op_t *op,

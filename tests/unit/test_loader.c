@@ -23,7 +23,7 @@
 #include <flow/loader.h>
 #include <flow/shard.h>
 
-#include "loader_internal.h"
+#include "data/loader_internal.h"
 #include "testutil.h"
 
 /* The corpus: TEXT_LEN pseudo-random bytes; VAL_TOKENS go to the val

@@ -12,7 +12,7 @@
 #include <flow/bench_comm.h>
 #include <flow/mem.h>
 
-#include "comm_internal.h"
+#include "comm/comm_internal.h"
 
 static const char *const coll_names[FLOW_BENCH_NCOLLS] = {
 	"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",

@@ -17,7 +17,7 @@
 #include <flow/plan.h>
 #include <flow/signature.h>
 
-#include "textrec_internal.h"
+#include "core/textrec_internal.h"
 
 /* Plans close with no checksum: they are written by hand as often as by
  * flow-plan, and diffed.  Only the reader's line and field handling is

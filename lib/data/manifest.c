@@ -17,7 +17,7 @@
 #include <flow/parse.h>
 #include <flow/shard.h>
 
-#include "textrec_internal.h"
+#include "core/textrec_internal.h"
 
 void flow_manifest_release(flow_manifest_t *manifest)
 {

@@ -21,7 +21,7 @@
 #include <flow/comm.h>
 #include <flow/mem.h>
 
-#include "boxing_internal.h"
+#include "sbp/boxing_internal.h"
 
 /* Grow-only scratch: two for the pieces between steps, one for packed
  * blocks to send, one for blocks received before unpacking. */

@@ -1,6 +1,6 @@
 /* <pmix.h> for the files that talk to libpmix (world.c, launch.c).
  *
- * pmix_common.h's inline helpers call atoi, which lib/banned.h turns into a
+ * pmix_common.h's inline helpers call atoi, which lib/core/banned.h turns into a
  * compile error; the ban is lifted for the foreign headers only and stays
  * in force for flow's own code. */
 #ifndef FLOW_PMIX_INTERNAL_H

@@ -23,7 +23,7 @@
 #include <flow/file.h>
 #include <flow/mem.h>
 
-#include "textrec_internal.h"
+#include "core/textrec_internal.h"
 
 #define CKPT_MAGIC "flow-checkpoint"
 #define INDEX_MAGIC "flow-checkpoint-index"

@@ -1,4 +1,4 @@
-/* Private helpers of lib/bench.c: the buffer set each benchmark allocates and
+/* Private helpers of lib/bench/bench.c: the buffer set each benchmark allocates and
  * frees in one place, and the timing loop.  Not installed. */
 #ifndef FLOW_BENCH_INTERNAL_H
 #define FLOW_BENCH_INTERNAL_H
