@@ -471,17 +471,6 @@ static void parse_shapes(flow_tool_t *tool, const char *text,
 	}
 }
 
-/* The highest global rank of mesh: its placement is affine, so the corner
- * that takes the last coordinate along every axis of positive stride. */
-static int64_t top_rank(const flow_mesh_t *mesh)
-{
-	int64_t top = mesh->base;
-	for (int a = 0; a < mesh->ndim; a++)
-		if (mesh->stride[a] > 0)
-			top += (mesh->dims[a] - 1) * mesh->stride[a];
-	return top;
-}
-
 static void validate(flow_tool_t *tool, plan_opts_t *o)
 {
 	flow_diag_t diag = FLOW_DIAG_INIT;
@@ -544,9 +533,9 @@ static void validate(flow_tool_t *tool, plan_opts_t *o)
 		check_layout(tool, &o->shape, &o->from, &o->mesh);
 		check_layout(tool, &o->shape, &o->to, &o->to_mesh);
 		if (o->verify) {
-			int64_t top = top_rank(&o->mesh);
-			if (top_rank(&o->to_mesh) > top)
-				top = top_rank(&o->to_mesh);
+			int64_t top = flow_mesh_top_rank(&o->mesh);
+			if (flow_mesh_top_rank(&o->to_mesh) > top)
+				top = flow_mesh_top_rank(&o->to_mesh);
 			if (top >= VERIFY_MAX_RANKS)
 				flow_tool_usage_error(tool, "'--verify' simulates ranks 0 to %" PRId64 " in this process; at most %d ranks",
 						      top, VERIFY_MAX_RANKS);
@@ -829,29 +818,6 @@ static double load_value(const void *buf, size_t i, flow_dtype_t dtype)
 	return 0;
 }
 
-static size_t box_numel(const flow_box_t *box)
-{
-	size_t n = 1;
-	for (int d = 0; d < box->ndim; d++)
-		n *= (size_t)box->extent[d];
-	return n;
-}
-
-/* The row-major logical index of the k-th element (row-major) of box, with
- * its coordinates in pos_out. */
-static int64_t box_element(const flow_shape_t *shape, const flow_box_t *box,
-			   size_t k, int64_t pos_out[FLOW_MAX_DIMS])
-{
-	for (int d = box->ndim - 1; d >= 0; d--) {
-		pos_out[d] = box->start[d] + (int64_t)(k % (size_t)box->extent[d]);
-		k /= (size_t)box->extent[d];
-	}
-	int64_t e = 0;
-	for (int d = 0; d < shape->ndim; d++)
-		e = e * shape->dims[d] + pos_out[d];
-	return e;
-}
-
 static unsigned partial_axes(const flow_nd_sbp_t *sbp)
 {
 	unsigned mask = 0;
@@ -883,14 +849,14 @@ static flow_err_t fill_sources(const flow_boxing_plan_t *plan, void **local,
 				q *= mesh->dims[a];
 			}
 		}
-		size_t n = box_numel(&box), bytes;
+		size_t n = (size_t)flow_box_numel(&box), bytes;
 		if (!flow_mul_size(n, dsize, &bytes) ||
 		    !(local[rank] = flow_alloc(bytes)))
 			return flow_diag_set(diag, FLOW_ERR_NOMEM,
 					     "cannot allocate the piece of rank %" PRId64,
 					     rank);
 		for (size_t k = 0; k < n; k++) {
-			int64_t v = 1 + box_element(&plan->shape, &box, k, pos) % (bound - 1);
+			int64_t v = 1 + flow_box_element(&plan->shape, &box, (int64_t)k, pos) % (bound - 1);
 			store_value(local[rank], k, plan->dtype,
 				    v / q + (j < v % q));
 		}
@@ -948,8 +914,8 @@ static flow_err_t check_destinations(const flow_boxing_plan_t *plan,
 				len += (size_t)snprintf(ranks + len, sizeof(ranks) - len,
 							"%s%" PRId64, g ? "+" : "", rank);
 		}
-		for (size_t k = 0, n = box_numel(&box); k < n; k++) {
-			int64_t e = box_element(&plan->shape, &box, k, pos);
+		for (size_t k = 0, n = (size_t)flow_box_numel(&box); k < n; k++) {
+			int64_t e = flow_box_element(&plan->shape, &box, (int64_t)k, pos);
 			double want = (double)(1 + e % (bound - 1)), got = 0;
 			for (int64_t g = 0; g < members; g++) {
 				int64_t rank = pmask ? flow_mesh_rank(&group, g) :
@@ -1008,9 +974,9 @@ static flow_err_t check_bytes(const flow_boxing_plan_t *plan, size_t nranks,
 static flow_err_t verify_plan(const flow_boxing_plan_t *plan,
 			      flow_diag_t *diag)
 {
-	int64_t top = top_rank(&plan->src_mesh);
-	if (top_rank(&plan->dst_mesh) > top)
-		top = top_rank(&plan->dst_mesh);
+	int64_t top = flow_mesh_top_rank(&plan->src_mesh);
+	if (flow_mesh_top_rank(&plan->dst_mesh) > top)
+		top = flow_mesh_top_rank(&plan->dst_mesh);
 	size_t nranks = (size_t)top + 1;
 	flow_err_t err = FLOW_ERR_NOMEM;
 	void **local = calloc(nranks, sizeof(*local));

@@ -122,17 +122,7 @@ static bool valid_value(const char *s)
 
 /* ---- boxes ------------------------------------------------------------------ */
 
-void flow_ckpt_box_whole(const flow_shape_t *shape, flow_ckpt_box_t *box_out)
-{
-	flow_ckpt_box_t box;
-	memset(&box, 0, sizeof(box));
-	box.ndim = shape->ndim;
-	for (int d = 0; d < shape->ndim; d++)
-		box.extent[d] = shape->dims[d];
-	*box_out = box;
-}
-
-static void box_format(const flow_ckpt_box_t *box, char *buf, size_t cap)
+static void box_format(const flow_box_t *box, char *buf, size_t cap)
 {
 	if (box->ndim == 0) {
 		snprintf(buf, cap, "-");
@@ -151,9 +141,9 @@ static void box_format(const flow_ckpt_box_t *box, char *buf, size_t cap)
 }
 
 /* "-" or "s:e,s:e,...": syntax only (start <= end). */
-static bool box_parse(const char *text, flow_ckpt_box_t *box_out)
+static bool box_parse(const char *text, flow_box_t *box_out)
 {
-	flow_ckpt_box_t box;
+	flow_box_t box;
 	memset(&box, 0, sizeof(box));
 	if (strcmp(text, "-") == 0) {
 		*box_out = box;
@@ -186,109 +176,6 @@ static bool box_parse(const char *text, flow_ckpt_box_t *box_out)
 	}
 	*box_out = box;
 	return true;
-}
-
-/* box lies inside shape (same number of dimensions). */
-static bool box_inside(const flow_ckpt_box_t *box, const flow_shape_t *shape)
-{
-	if (box->ndim != shape->ndim)
-		return false;
-	for (int d = 0; d < box->ndim; d++)
-		if (box->start[d] < 0 || box->extent[d] < 0 ||
-		    box->start[d] > shape->dims[d] ||
-		    box->extent[d] > shape->dims[d] - box->start[d])
-			return false;
-	return true;
-}
-
-/* Elements of a box that lies inside a shape whose bytes fit (so the
- * product cannot overflow). */
-static uint64_t box_volume(const flow_ckpt_box_t *box)
-{
-	uint64_t v = 1;
-	for (int d = 0; d < box->ndim; d++)
-		v *= (uint64_t)box->extent[d];
-	return v;
-}
-
-static bool box_equal(const flow_ckpt_box_t *a, const flow_ckpt_box_t *b)
-{
-	if (a->ndim != b->ndim)
-		return false;
-	for (int d = 0; d < a->ndim; d++)
-		if (a->start[d] != b->start[d] || a->extent[d] != b->extent[d])
-			return false;
-	return true;
-}
-
-/* The boxes share at least one element. */
-static bool box_overlap(const flow_ckpt_box_t *a, const flow_ckpt_box_t *b)
-{
-	for (int d = 0; d < a->ndim; d++) {
-		int64_t lo = a->start[d] > b->start[d] ? a->start[d] : b->start[d];
-		int64_t ahi = a->start[d] + a->extent[d];
-		int64_t bhi = b->start[d] + b->extent[d];
-		if (lo >= (ahi < bhi ? ahi : bhi))
-			return false;
-	}
-	return true;
-}
-
-/* Copy the intersection of the query box q (dst, row-major over q) and
- * the shard box s (src, row-major over s).  Trailing dimensions that both
- * boxes and the intersection span whole are merged into one contiguous
- * run, so a whole-tensor read is one memcpy. */
-static void box_copy(void *dst, const flow_ckpt_box_t *q, const void *src,
-		     const flow_ckpt_box_t *s, size_t elsize)
-{
-	int nd = q->ndim;
-	int64_t lo[FLOW_MAX_DIMS] = { 0 }, ext[FLOW_MAX_DIMS] = { 0 };
-	for (int d = 0; d < nd; d++) {
-		int64_t qhi = q->start[d] + q->extent[d];
-		int64_t shi = s->start[d] + s->extent[d];
-		lo[d] = q->start[d] > s->start[d] ? q->start[d] : s->start[d];
-		int64_t hi = qhi < shi ? qhi : shi;
-		if (hi <= lo[d])
-			return;
-		ext[d] = hi - lo[d];
-	}
-	if (nd == 0) {
-		memcpy(dst, src, elsize);
-		return;
-	}
-	/* Element strides of both boxes. */
-	size_t sstr[FLOW_MAX_DIMS], qstr[FLOW_MAX_DIMS];
-	sstr[nd - 1] = qstr[nd - 1] = 1;
-	for (int d = nd - 2; d >= 0; d--) {
-		sstr[d] = sstr[d + 1] * (size_t)s->extent[d + 1];
-		qstr[d] = qstr[d + 1] * (size_t)q->extent[d + 1];
-	}
-	int k = nd - 1;
-	size_t run = (size_t)ext[k];
-	while (k > 0 && ext[k] == s->extent[k] && ext[k] == q->extent[k]) {
-		k--;
-		run *= (size_t)ext[k];
-	}
-	size_t run_bytes = run * elsize;
-	int64_t idx[FLOW_MAX_DIMS] = { 0 }; /* offsets within ext, dims < k */
-	for (;;) {
-		size_t so = 0, qo = 0;
-		for (int d = 0; d <= k; d++) {
-			int64_t at = lo[d] + (d < k ? idx[d] : 0);
-			so += (size_t)(at - s->start[d]) * sstr[d];
-			qo += (size_t)(at - q->start[d]) * qstr[d];
-		}
-		memcpy((char *)dst + qo * elsize,
-		       (const char *)src + so * elsize, run_bytes);
-		int d = k - 1;
-		for (; d >= 0; d--) {
-			if (++idx[d] < ext[d])
-				break;
-			idx[d] = 0;
-		}
-		if (d < 0)
-			break;
-	}
 }
 
 /* ---- descriptions ------------------------------------------------------------ */
@@ -372,14 +259,14 @@ static flow_err_t desc_check(const flow_ckpt_tensor_desc_t *desc,
 /* The box a caller names (NULL: the whole tensor), when it lies inside
  * desc's shape (FLOW_ERR_USAGE). */
 static flow_err_t caller_box(const flow_ckpt_tensor_desc_t *desc,
-			     const flow_ckpt_box_t *box,
-			     flow_ckpt_box_t *box_out, flow_diag_t *diag)
+			     const flow_box_t *box,
+			     flow_box_t *box_out, flow_diag_t *diag)
 {
 	if (!box) {
-		flow_ckpt_box_whole(&desc->shape, box_out);
+		flow_box_whole(&desc->shape, box_out);
 		return FLOW_OK;
 	}
-	if (!box_inside(box, &desc->shape)) {
+	if (!flow_box_inside(box, &desc->shape)) {
 		char shape[SHAPE_TEXT_MAX], text[BOX_TEXT_MAX];
 		flow_shape_format(&desc->shape, shape, sizeof(shape));
 		if (box->ndim != desc->shape.ndim)
@@ -399,7 +286,7 @@ static flow_err_t caller_box(const flow_ckpt_tensor_desc_t *desc,
 /* ---- the catalog: tensors and their shards ---------------------------------- */
 
 typedef struct ckpt_shard {
-	flow_ckpt_box_t box;
+	flow_box_t box;
 	uint64_t offset;
 	uint64_t length;
 	uint64_t sum;
@@ -638,7 +525,7 @@ static flow_err_t check_tiling(catalog_t *c, size_t t, const where_t *w,
 	/* Replicas: the first-listed box of each run of equal boxes is read. */
 	for (size_t g = 0; g < n;) {
 		size_t end = g + 1;
-		while (end < n && box_equal(&e[end].s->box, &e[g].s->box))
+		while (end < n && flow_box_equal(&e[end].s->box, &e[g].s->box))
 			end++;
 		/* One rank twice in the run?  Sorting its ranks finds out in
 		 * O(g log g); only then are pairs searched for the message. */
@@ -679,10 +566,11 @@ static flow_err_t check_tiling(catalog_t *c, size_t t, const where_t *w,
 		int64_t hi = sweep < 0 ? 0 :
 			     e[i].s->box.start[sweep] + e[i].s->box.extent[sweep];
 		for (size_t j = i + 1; j < n; j++) {
+			flow_box_t cut;
 			if (sweep >= 0 && e[j].key >= hi)
 				break;
 			if (e[j].s->replica ||
-			    !box_overlap(&e[i].s->box, &e[j].s->box))
+			    !flow_box_intersect(&e[i].s->box, &e[j].s->box, &cut))
 				continue;
 			const tile_entry_t *late = e[i].order > e[j].order ?
 						   &e[i] : &e[j];
@@ -705,7 +593,7 @@ static flow_err_t check_tiling(catalog_t *c, size_t t, const where_t *w,
 	uint64_t covered = 0, numel = 1;
 	for (size_t i = 0; i < n; i++)
 		if (!e[i].s->replica)
-			covered += box_volume(&e[i].s->box);
+			covered += (uint64_t)flow_box_numel(&e[i].s->box);
 	for (int d = 0; d < nd; d++)
 		numel *= (uint64_t)tensor->desc.shape.dims[d];
 	if (covered != numel) {
@@ -931,7 +819,7 @@ static flow_err_t parse_shard(flow_textrec_t *p, doc_t *doc, long cur,
 		return flow_textrec_error(p, "shard box %s has %d dimensions, tensor '%s' has %d %s",
 					  p->fields[3], s.box.ndim, name,
 					  t->desc.shape.ndim, shape);
-	if (!box_inside(&s.box, &t->desc.shape))
+	if (!flow_box_inside(&s.box, &t->desc.shape))
 		return flow_textrec_error(p, "shard box %s exceeds %s",
 					  p->fields[3], shape);
 	char want[32];
@@ -945,7 +833,7 @@ static flow_err_t parse_shard(flow_textrec_t *p, doc_t *doc, long cur,
 	if (s.offset % SHARD_ALIGN)
 		return flow_textrec_error(p, "shard offset %" PRIu64 " is not a multiple of %u",
 					  s.offset, SHARD_ALIGN);
-	uint64_t expect = box_volume(&s.box) * flow_dtype_size(t->desc.dtype);
+	uint64_t expect = (uint64_t)flow_box_numel(&s.box) * flow_dtype_size(t->desc.dtype);
 	if (s.length != expect)
 		return flow_textrec_error(p, "shard length %" PRIu64 " does not match box %s (%" PRIu64 " bytes of %s)",
 					  s.length, p->fields[3], expect,
@@ -1330,7 +1218,7 @@ out_free:
 
 flow_err_t flow_ckpt_writer_add(flow_ckpt_writer_t *w,
 				const flow_ckpt_tensor_desc_t *desc,
-				const flow_ckpt_box_t *box, const void *data,
+				const flow_box_t *box, const void *data,
 				flow_diag_t *diag)
 {
 	static const unsigned char zeros[SHARD_ALIGN];
@@ -1341,7 +1229,7 @@ flow_err_t flow_ckpt_writer_add(flow_ckpt_writer_t *w,
 				     w->bin_path);
 	if ((err = desc_check(desc, diag)) != FLOW_OK)
 		return err;
-	flow_ckpt_box_t want;
+	flow_box_t want;
 	if ((err = caller_box(desc, box, &want, diag)) != FLOW_OK)
 		return err;
 	box = &want;
@@ -1355,7 +1243,7 @@ flow_err_t flow_ckpt_writer_add(flow_ckpt_writer_t *w,
 				     desc->name, a, b);
 	}
 	/* Inside a shape whose bytes fit, so this cannot overflow. */
-	size_t len = (size_t)box_volume(box) * flow_dtype_size(desc->dtype);
+	size_t len = (size_t)(uint64_t)flow_box_numel(box) * flow_dtype_size(desc->dtype);
 	if (len && !data)
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "tensor '%s': no data for %zu bytes",
@@ -1844,7 +1732,7 @@ static flow_err_t checksum_mismatch(const data_file_t *f, const char *tensor,
 }
 
 flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
-			  const flow_ckpt_box_t *box, void *dst,
+			  const flow_box_t *box, void *dst,
 			  flow_diag_t *diag)
 {
 	flow_err_t err = FLOW_OK;
@@ -1854,12 +1742,12 @@ flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
 				     ckpt->dir, index, ckpt->cat.ntensors);
 	const ckpt_tensor_t *t = &ckpt->cat.tensors[index];
 	const flow_ckpt_tensor_desc_t *desc = &t->desc;
-	flow_ckpt_box_t want;
+	flow_box_t want;
 	if ((err = caller_box(desc, box, &want, diag)) != FLOW_OK)
 		return err;
 	box = &want;
 	size_t elsize = flow_dtype_size(desc->dtype);
-	if (box_volume(box) == 0)
+	if (flow_box_numel(box) == 0)
 		return FLOW_OK;
 	if (!dst)
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
@@ -1870,7 +1758,8 @@ flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
 	size_t cap = 0;
 	for (size_t i = 0; i < t->count; i++) {
 		const ckpt_shard_t *s = &ckpt->cat.shards[t->first + i];
-		if (s->replica || !box_overlap(&s->box, box))
+		flow_box_t cut;
+		if (s->replica || !flow_box_intersect(&s->box, box, &cut))
 			continue;
 		size_t len = (size_t)s->length;
 		if (len > cap) {
@@ -1893,7 +1782,7 @@ flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
 			err = checksum_mismatch(&f, desc->name, s, sum, diag);
 			goto out_close;
 		}
-		box_copy(dst, box, buf, &s->box, elsize);
+		flow_box_copy(dst, box, buf, &s->box, &cut, elsize);
 	}
 out_close:
 	flow_free(buf);

@@ -25,6 +25,7 @@
 #define FLOW_CKPT_H
 
 #include <flow/error.h>
+#include <flow/box.h>
 #include <flow/tensor.h>
 
 #ifdef __cplusplus
@@ -43,14 +44,6 @@ typedef struct flow_ckpt_tensor_desc {
 	char mesh[FLOW_CKPT_TEXT_MAX]; /* "1", "2x2" */
 	char sbp[FLOW_CKPT_TEXT_MAX];  /* nd-SBP, "(B)", "(S(0),B)" */
 } flow_ckpt_tensor_desc_t;
-
-/* A shard's box of its logical tensor (flow/tensor.h); ndim equals the
- * tensor's. */
-typedef flow_box_t flow_ckpt_box_t;
-
-/* The whole of shape as a box. */
-FLOW_EXPORT void flow_ckpt_box_whole(const flow_shape_t *shape,
-				     flow_ckpt_box_t *box_out);
 
 /* "<ckpt_dir>/step-%08llu", caller-owned (free()); NULL when out of
  * memory. */
@@ -72,7 +65,7 @@ FLOW_EXPORT flow_err_t flow_ckpt_writer_new(const char *step_dir,
  * shape or a bad desc (empty or over-long name, whitespace in a field). */
 FLOW_EXPORT flow_err_t flow_ckpt_writer_add(flow_ckpt_writer_t *writer,
 					    const flow_ckpt_tensor_desc_t *desc,
-					    const flow_ckpt_box_t *box,
+					    const flow_box_t *box,
 					    const void *data,
 					    flow_diag_t *diag) FLOW_MUST_CHECK;
 /* Commit this rank's data file and index (each atomically), free the
@@ -136,7 +129,7 @@ FLOW_EXPORT int flow_ckpt_tensor_find(const flow_ckpt_t *ckpt,
  * and checking that shard's checksum: FLOW_ERR_CHECKSUM naming the file,
  * tensor and offset; FLOW_ERR_IO for a short read. */
 FLOW_EXPORT flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
-				      const flow_ckpt_box_t *box, void *dst,
+				      const flow_box_t *box, void *dst,
 				      flow_diag_t *diag) FLOW_MUST_CHECK;
 /* Read every shard and check its checksum. */
 FLOW_EXPORT flow_err_t flow_ckpt_verify(const flow_ckpt_t *ckpt,

@@ -15,6 +15,7 @@
 
 #include <stdio.h>
 
+#include <flow/box.h>
 #include <flow/graph.h>
 
 #ifdef __cplusplus

@@ -28,6 +28,7 @@
 #define FLOW_SBP_H
 
 #include <flow/error.h>
+#include <flow/box.h>
 #include <flow/tensor.h>
 
 #ifdef __cplusplus
@@ -78,6 +79,10 @@ FLOW_EXPORT int flow_mesh_axis(const flow_mesh_t *mesh, const char *name);
  * not cover it. */
 FLOW_EXPORT int64_t flow_mesh_rank(const flow_mesh_t *mesh, int64_t index);
 FLOW_EXPORT int64_t flow_mesh_index_of(const flow_mesh_t *mesh, int64_t rank);
+/* The highest global rank the mesh covers: the corner of its affine
+ * placement that takes the last coordinate of every axis (strides are
+ * >= 1, flow_mesh_check), so a world of top + 1 ranks holds the mesh. */
+FLOW_EXPORT int64_t flow_mesh_top_rank(const flow_mesh_t *mesh);
 /* Row-major index <-> coordinates. */
 FLOW_EXPORT void flow_mesh_coords(const flow_mesh_t *mesh, int64_t index,
 				  int64_t coords_out[FLOW_MESH_MAX_AXES]);

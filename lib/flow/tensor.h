@@ -71,15 +71,6 @@ FLOW_EXPORT flow_err_t flow_shape_parse(const char *text,
 					flow_shape_t *shape_out,
 					flow_diag_t *diag) FLOW_MUST_CHECK;
 
-/* A box of a logical tensor: dimension d spans [start[d], start[d] +
- * extent[d]).  What one rank holds of a distributed tensor (flow/sbp.h),
- * what one checkpoint shard stores (flow/ckpt.h). */
-typedef struct flow_box {
-	int ndim;
-	int64_t start[FLOW_MAX_DIMS];
-	int64_t extent[FLOW_MAX_DIMS];
-} flow_box_t;
-
 typedef struct flow_buffer flow_buffer_t;
 
 typedef struct flow_tensor {

@@ -214,7 +214,7 @@ static flow_err_t group_comm(step_run_t *r)
 static flow_err_t box_bytes(const step_run_t *r, const flow_box_t *box,
 			    size_t *bytes_out)
 {
-	if (!flow_mul_size((size_t)boxing_box_numel(box), r->esize, bytes_out))
+	if (!flow_mul_size((size_t)flow_box_numel(box), r->esize, bytes_out))
 		return flow_diag_set(r->diag, FLOW_ERR_RANGE,
 				     "boxing step %zu: piece size overflows the address space",
 				     r->k);
@@ -277,7 +277,7 @@ static bool blocks_fill(const flow_box_t *whole, const flow_box_t *box,
 			return false;
 		at += count[m];
 	}
-	return at == (size_t)boxing_box_numel(whole);
+	return at == (size_t)flow_box_numel(whole);
 }
 
 /* Copy the blocks box[m] of buf (laid out as whole) into packed, back to
@@ -326,7 +326,7 @@ static flow_err_t run_all_reduce(step_run_t *r)
 {
 	const flow_box_t *mine = &r->c->from[r->q];
 	return flow_all_reduce(r->comm, r->in, r->out,
-			       (size_t)boxing_box_numel(mine), r->dtype, r->diag);
+			       (size_t)flow_box_numel(mine), r->dtype, r->diag);
 }
 
 /* P -> S(k): block m is member m's part of this rank's addends. */
@@ -337,7 +337,7 @@ static flow_err_t run_reduce_scatter(step_run_t *r)
 	size_t *counts = c->send_counts;
 	const void *send = r->in;
 	for (int64_t m = 0; m < r->p; m++)
-		counts[m] = (size_t)boxing_box_numel(&c->to[m]);
+		counts[m] = (size_t)flow_box_numel(&c->to[m]);
 	if (!blocks_fill(whole, c->to, counts, r->p)) {
 		void *pack;
 		flow_err_t err = scratch(r, SCRATCH_PACK, sum_counts(counts, r->p),
@@ -359,7 +359,7 @@ static flow_err_t run_all_gather(step_run_t *r)
 	size_t *counts = c->recv_counts;
 	void *recv = r->out;
 	for (int64_t m = 0; m < r->p; m++)
-		counts[m] = (size_t)boxing_box_numel(&c->from[m]);
+		counts[m] = (size_t)flow_box_numel(&c->from[m]);
 	bool direct = blocks_fill(whole, c->from, counts, r->p);
 	flow_err_t err = FLOW_OK;
 	if (!direct)
@@ -387,12 +387,12 @@ static void exchange_cuts(step_run_t *r)
 	for (int64_t m = 0; m < r->p; m++) {
 		bool to_m = rule ? boxing_send_recv_cut(st, q, have, m, m, &c->to[m],
 							&c->send_cut[m]) :
-				   boxing_box_intersect(have, &c->to[m], &c->send_cut[m]);
+				   flow_box_intersect(have, &c->to[m], &c->send_cut[m]);
 		bool from_m = rule ? boxing_send_recv_cut(st, m, &c->from[m], q, q,
 							  need, &c->recv_cut[m]) :
-				     boxing_box_intersect(&c->from[m], need, &c->recv_cut[m]);
-		c->send_counts[m] = to_m ? (size_t)boxing_box_numel(&c->send_cut[m]) : 0;
-		c->recv_counts[m] = from_m ? (size_t)boxing_box_numel(&c->recv_cut[m]) : 0;
+				     flow_box_intersect(&c->from[m], need, &c->recv_cut[m]);
+		c->send_counts[m] = to_m ? (size_t)flow_box_numel(&c->send_cut[m]) : 0;
+		c->recv_counts[m] = from_m ? (size_t)flow_box_numel(&c->recv_cut[m]) : 0;
 	}
 }
 
@@ -430,7 +430,7 @@ static flow_err_t run_exchange(step_run_t *r)
 	if (err != FLOW_OK || direct_recv)
 		return err;
 	/* What no block covers stays zero, as in the reference executor. */
-	if (add || nrecv != (size_t)boxing_box_numel(need)) {
+	if (add || nrecv != (size_t)flow_box_numel(need)) {
 		size_t bytes = 0;
 		err = box_bytes(r, need, &bytes);
 		if (err != FLOW_OK)
@@ -454,8 +454,8 @@ static flow_err_t run_local(step_run_t *r)
 	if (err != FLOW_OK)
 		return err;
 	if (keep)
-		keep = boxing_box_intersect(have, need, &cut);
-	if (!keep || boxing_box_numel(&cut) != boxing_box_numel(need))
+		keep = flow_box_intersect(have, need, &cut);
+	if (!keep || flow_box_numel(&cut) != flow_box_numel(need))
 		memset(r->out, 0, bytes);
 	if (keep)
 		boxing_move_region(r->dtype, r->in, have, r->out, need, &cut,
@@ -580,7 +580,7 @@ static flow_err_t piece_bytes(const flow_boxing_plan_t *plan,
 {
 	flow_box_t box;
 	flow_nd_sbp_local_box(&plan->shape, sbp, &c->mesh, c->index, &box);
-	if (!flow_mul_size((size_t)boxing_box_numel(&box),
+	if (!flow_mul_size((size_t)flow_box_numel(&box),
 			   flow_dtype_size(plan->dtype), bytes_out))
 		return flow_diag_set(diag, FLOW_ERR_RANGE,
 				     "boxing: piece size overflows the address space");
@@ -620,7 +620,7 @@ flow_err_t flow_boxing_run(const flow_boxing_plan_t *plan,
 		 * buffers, so a step never writes what it reads. */
 		if (k + 1 < plan->nsteps)
 			err = scratch(&r, k % 2 ? SCRATCH_PONG : SCRATCH_PING,
-				      (size_t)boxing_box_numel(&comms->to[r.q]),
+				      (size_t)flow_box_numel(&comms->to[r.q]),
 				      &r.out);
 		if (err == FLOW_OK)
 			err = run_step(&r);

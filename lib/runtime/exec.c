@@ -450,7 +450,6 @@ static void init_box(const flow_graph_tensor_t *p, float *v,
 {
 	int nd = logical->ndim;
 	size_t run = nd ? (size_t)box->extent[nd - 1] : 1, runs = 1;
-	int64_t at[FLOW_MAX_DIMS] = { 0 };
 
 	if (nd == 1) { /* rows are elements: the drawn ones, then zeros */
 		int64_t end = box->start[0] + box->extent[0];
@@ -462,21 +461,16 @@ static void init_box(const flow_graph_tensor_t *p, float *v,
 		memset(v + drawn, 0, (run - drawn) * sizeof(*v));
 		return;
 	}
-
+	if (flow_box_numel(box) == 0)
+		return;
 	for (int d = 0; d + 1 < nd; d++)
 		runs *= (size_t)box->extent[d];
 	for (size_t r = 0; r < runs; r++, v += run) {
-		uint64_t first = 0;
-		for (int d = 0; d < nd; d++)
-			first = first * (uint64_t)logical->dims[d] +
-				(uint64_t)(box->start[d] + at[d]);
-		init_run(p, v, run, first,
-			 nd ? box->start[0] + at[0] : 0, seed);
-		for (int d = nd - 2; d >= 0; d--) { /* next run */
-			if (++at[d] < box->extent[d])
-				break;
-			at[d] = 0;
-		}
+		int64_t pos[FLOW_MAX_DIMS];
+		uint64_t first = (uint64_t)flow_box_element(logical, box,
+							    (int64_t)(r * run),
+							    pos);
+		init_run(p, v, run, first, nd ? pos[0] : 0, seed);
 	}
 }
 
@@ -502,11 +496,7 @@ void flow_exec_init_params(flow_exec_t *x, uint64_t seed)
 
 		if (p->role != FLOW_ROLE_PARAM)
 			continue;
-		whole.ndim = p->shape.ndim;
-		for (int d = 0; d < p->shape.ndim; d++) {
-			whole.start[d] = 0;
-			whole.extent[d] = p->shape.dims[d];
-		}
+		flow_box_whole(&p->shape, &whole);
 		init_box(p, x->ptr[t], &whole, &p->shape, seed);
 	}
 }

@@ -134,7 +134,7 @@ flow_err_t flow_zero_new(const flow_plan_t *plan, const flow_graph_t *g,
 			zp->shape = local->logical[t];
 			zp->owner = flow_local_owns(local, &plan->mesh, (int)t);
 		} else {
-			flow_ckpt_box_whole(&gt->shape, &zp->box);
+			flow_box_whole(&gt->shape, &zp->box);
 			zp->shape = gt->shape;
 			zp->owner = dp_rank == 0;
 		}

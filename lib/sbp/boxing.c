@@ -238,15 +238,15 @@ static int64_t ring_piece(const step_view_t *v, int64_t leader, int64_t p,
 	int64_t i = boxing_group_member(&st->mesh, st->axes, leader, (q + p) % p);
 	switch (st->kind) {
 	case FLOW_BOXING_ALL_GATHER:
-		return boxing_box_numel(from_box(v, i, &b));
+		return flow_box_numel(from_box(v, i, &b));
 	case FLOW_BOXING_ALL_REDUCE: {
 		int64_t start, size;
-		flow_split_part(boxing_box_numel(from_box(v, leader, &b)), p,
+		flow_split_part(flow_box_numel(from_box(v, leader, &b)), p,
 				(q + p) % p, &start, &size);
 		return size;
 	}
 	default: /* reduce-scatter, broadcast */
-		return boxing_box_numel(to_box(v, i, &b));
+		return flow_box_numel(to_box(v, i, &b));
 	}
 }
 
@@ -295,13 +295,13 @@ static void group_traffic(const step_view_t *v, int64_t leader, traffic_t *t)
 				if (r == q)
 					continue;
 				int64_t k = boxing_group_member(mesh, st->axes, leader, r);
-				if (boxing_box_intersect(from_box(v, i, &b1), to_box(v, k, &b2), &cut)) {
-					int64_t n = boxing_box_numel(&cut);
+				if (flow_box_intersect(from_box(v, i, &b1), to_box(v, k, &b2), &cut)) {
+					int64_t n = flow_box_numel(&cut);
 					send += n;
 					piece = n > piece ? n : piece;
 				}
-				if (boxing_box_intersect(from_box(v, k, &b1), to_box(v, i, &b2), &cut))
-					recv += boxing_box_numel(&cut);
+				if (flow_box_intersect(from_box(v, k, &b1), to_box(v, i, &b2), &cut))
+					recv += flow_box_numel(&cut);
 			}
 			break;
 		}
@@ -335,9 +335,9 @@ static int64_t pair_elems(const step_view_t *v, int64_t i, int64_t j,
 	const flow_boxing_step_t *st = v->st;
 	flow_box_t b1, b2, cut;
 	if (i == dst_as_src || !boxing_serves(&st->mesh, &st->from, i, dst_as_src, j) ||
-	    !boxing_box_intersect(from_box(v, i, &b1), to_box(v, j, &b2), &cut))
+	    !flow_box_intersect(from_box(v, i, &b1), to_box(v, j, &b2), &cut))
 		return 0;
-	return boxing_box_numel(&cut);
+	return flow_box_numel(&cut);
 }
 
 /* Send/recv for one rank: its messages as a receiver and as a sender. */

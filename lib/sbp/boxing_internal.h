@@ -84,33 +84,6 @@ static inline int64_t boxing_member_boxes(const flow_shape_t *shape,
 	return i;
 }
 
-/* Elements of a box. */
-static inline int64_t boxing_box_numel(const flow_box_t *b)
-{
-	int64_t n = 1;
-	for (int d = 0; d < b->ndim; d++)
-		n *= b->extent[d];
-	return n;
-}
-
-/* The intersection of two boxes of one tensor; false when it is empty. */
-static inline bool boxing_box_intersect(const flow_box_t *a,
-					const flow_box_t *b, flow_box_t *out)
-{
-	out->ndim = a->ndim;
-	for (int d = 0; d < a->ndim; d++) {
-		int64_t lo = a->start[d] > b->start[d] ? a->start[d] : b->start[d];
-		int64_t ea = a->start[d] + a->extent[d];
-		int64_t eb = b->start[d] + b->extent[d];
-		int64_t hi = ea < eb ? ea : eb;
-		if (hi <= lo)
-			return false;
-		out->start[d] = lo;
-		out->extent[d] = hi - lo;
-	}
-	return true;
-}
-
 /* Copies (add: adds, as the reference executor sums: integers wrap, bf16
  * and f16 through f32) the elements of region, a box inside both sbox and
  * dbox, from src laid out row-major as sbox into dst laid out as dbox.
@@ -174,7 +147,7 @@ static inline bool boxing_send_recv_cut(const flow_boxing_step_t *st,
 					flow_box_t *cut_out)
 {
 	return boxing_serves(&st->mesh, &st->from, i, dst_as_src, j) &&
-	       boxing_box_intersect(have, need, cut_out);
+	       flow_box_intersect(have, need, cut_out);
 }
 
 #endif

@@ -79,38 +79,24 @@ static void add_elems(flow_dtype_t dtype, void *dst, const void *src, size_t n)
 	}
 }
 
+/* The run function of boxing_move_region's add: ctx is the dtype. */
+static void add_run(void *dst, const void *src, size_t n, void *ctx)
+{
+	add_elems(*(const flow_dtype_t *)ctx, dst, src, n);
+}
+
 void boxing_move_region(flow_dtype_t dtype, const void *src,
 			const flow_box_t *sbox, void *dst,
 			const flow_box_t *dbox, const flow_box_t *region,
 			bool add)
 {
-	int nd = region->ndim;
 	size_t esize = flow_dtype_size(dtype);
-	if (boxing_box_numel(region) == 0)
-		return;
-	int64_t idx[FLOW_MAX_DIMS] = { 0 };
-	size_t run = nd ? (size_t)region->extent[nd - 1] : 1;
-	for (;;) {
-		int64_t so = 0, dof = 0;
-		for (int d = 0; d < nd; d++) {
-			int64_t g = region->start[d] + (d < nd - 1 ? idx[d] : 0);
-			so = so * sbox->extent[d] + (g - sbox->start[d]);
-			dof = dof * dbox->extent[d] + (g - dbox->start[d]);
-		}
-		const char *from = (const char *)src + (size_t)so * esize;
-		char *to = (char *)dst + (size_t)dof * esize;
-		if (add)
-			add_elems(dtype, to, from, run);
-		else
-			memcpy(to, from, run * esize);
-		int d = nd - 2;
-		while (d >= 0 && ++idx[d] == region->extent[d]) {
-			idx[d] = 0;
-			d--;
-		}
-		if (d < 0)
-			break;
-	}
+
+	if (add)
+		flow_box_apply(dst, dbox, src, sbox, region, esize, add_run,
+			       &dtype);
+	else
+		flow_box_copy(dst, dbox, src, sbox, region, esize);
 }
 
 static void move_region(const sim_t *s, const void *src, const flow_box_t *sbox,
@@ -122,7 +108,7 @@ static void move_region(const sim_t *s, const void *src, const flow_box_t *sbox,
 
 static flow_err_t alloc_box(const sim_t *s, const flow_box_t *box, void **out)
 {
-	*out = flow_calloc((size_t)boxing_box_numel(box), s->esize);
+	*out = flow_calloc((size_t)flow_box_numel(box), s->esize);
 	if (!*out)
 		return flow_diag_set(s->diag, FLOW_ERR_NOMEM,
 				     "boxing simulation: out of memory");
@@ -145,7 +131,7 @@ static flow_err_t message(const sim_t *s, int64_t from, const void *src,
 	move_region(s, wire, region, dst, dbox, region, add);
 	flow_free(wire);
 	if (from != to) {
-		uint64_t bytes = (uint64_t)boxing_box_numel(region) * s->esize;
+		uint64_t bytes = (uint64_t)flow_box_numel(region) * s->esize;
 		if (s->sent)
 			s->sent[from] += bytes;
 		if (s->recvd)
@@ -291,7 +277,7 @@ static flow_err_t run_group(const sim_t *s, int64_t leader)
 	}
 	case FLOW_BOXING_ALL_REDUCE: {
 		flow_box_t whole;
-		flat_chunks(boxing_box_numel(&g.from[0]), p, &whole, chunk);
+		flat_chunks(flow_box_numel(&g.from[0]), p, &whole, chunk);
 		for (int64_t q = 0; q < p; q++)
 			memcpy(buf[q], s->local[g.rank[q]],
 			       (size_t)whole.extent[0] * s->esize);
@@ -304,7 +290,7 @@ static flow_err_t run_group(const sim_t *s, int64_t leader)
 		for (int64_t q = 0; q < p && err == FLOW_OK; q++)
 			for (int64_t r = 0; r < p && err == FLOW_OK; r++) {
 				flow_box_t cut;
-				if (boxing_box_intersect(&g.from[q], &g.to[r], &cut))
+				if (flow_box_intersect(&g.from[q], &g.to[r], &cut))
 					err = message(s, g.rank[q], s->local[g.rank[q]],
 						      &g.from[q], g.rank[r], buf[r],
 						      &g.to[r], &cut, false);
@@ -322,7 +308,7 @@ static flow_err_t run_group(const sim_t *s, int64_t leader)
 		for (int64_t q = 0; q < p; q++) {
 			flow_box_t cut;
 			if ((st->kind != FLOW_BOXING_ZERO_FILL || q == 0) &&
-			    boxing_box_intersect(&g.from[q], &g.to[q], &cut))
+			    flow_box_intersect(&g.from[q], &g.to[q], &cut))
 				move_region(s, s->local[g.rank[q]], &g.from[q],
 					    buf[q], &g.to[q], &cut, false);
 		}
@@ -366,13 +352,6 @@ static flow_err_t run_send_recv(const sim_t *s)
 	return FLOW_OK;
 }
 
-/* The highest rank a mesh covers: strides are positive, so the last
- * position. */
-static int64_t top_rank(const flow_mesh_t *mesh)
-{
-	return flow_mesh_rank(mesh, flow_mesh_size(mesh) - 1);
-}
-
 flow_err_t flow_boxing_simulate(const flow_boxing_plan_t *plan, void **local,
 				size_t nranks, uint64_t *sent_out,
 				uint64_t *recvd_out, flow_diag_t *diag)
@@ -387,11 +366,11 @@ flow_err_t flow_boxing_simulate(const flow_boxing_plan_t *plan, void **local,
 		const flow_mesh_t *m[2] = { &plan->steps[k].mesh,
 					    &plan->steps[k].to_mesh };
 		for (int e = 0; e < 2; e++)
-			if (top_rank(m[e]) >= (int64_t)nranks)
+			if (flow_mesh_top_rank(m[e]) >= (int64_t)nranks)
 				return flow_diag_set(diag, FLOW_ERR_USAGE,
 						     "boxing simulation: step %zu reaches rank %" PRId64
 						     " of %zu simulated ranks",
-						     k + 1, top_rank(m[e]), nranks);
+						     k + 1, flow_mesh_top_rank(m[e]), nranks);
 	}
 	for (int64_t i = 0; plan->nsteps > 0 && i < flow_mesh_size(&plan->src_mesh); i++)
 		if (!local[flow_mesh_rank(&plan->src_mesh, i)])

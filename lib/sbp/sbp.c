@@ -433,6 +433,15 @@ int64_t flow_mesh_rank(const flow_mesh_t *mesh, int64_t index)
 	return rank;
 }
 
+int64_t flow_mesh_top_rank(const flow_mesh_t *mesh)
+{
+	int64_t top = mesh->base;
+
+	for (int a = 0; a < mesh->ndim; a++)
+		top += (mesh->dims[a] - 1) * mesh->stride[a];
+	return top;
+}
+
 int64_t flow_mesh_index_of(const flow_mesh_t *mesh, int64_t rank)
 {
 	int order[FLOW_MESH_MAX_AXES];

@@ -222,12 +222,12 @@ static flow_err_t make_piece(pair_t *pr, int64_t i, void **out, size_t *bytes_ou
 	flow_box_t box;
 	int64_t copies, k = addend_index(&plan->src_mesh, &plan->src, i, &copies);
 	flow_nd_sbp_local_box(&plan->shape, &plan->src, &plan->src_mesh, i, &box);
-	int64_t n = box_numel(&box);
+	int64_t n = flow_box_numel(&box);
 	float *buf = flow_calloc((size_t)n, sizeof(float));
 	if (!buf)
 		return flow_diag_set(&pr->job->diag, FLOW_ERR_NOMEM, "out of memory");
 	for (int64_t x = 0; x < n; x++) {
-		int64_t e = logical_index(&plan->shape, &box, x);
+		int64_t e = flow_box_element(&plan->shape, &box, x, NULL);
 		int64_t v = LOGICAL_BASE + 3 * e;
 		if (k > 0)
 			v = addend(e, k);
@@ -352,7 +352,7 @@ static flow_err_t check_pair(job_t *job, mesh_case_t *mc,
 	if (err != FLOW_OK)
 		goto out;
 	flow_nd_sbp_local_box(shape, dst, &mc->mesh, my_index, &box);
-	pr.dst_bytes = (size_t)box_numel(&box) * sizeof(float);
+	pr.dst_bytes = (size_t)flow_box_numel(&box) * sizeof(float);
 	pr.out = flow_alloc(pr.dst_bytes + GUARD_BYTES);
 	pr.local = flow_calloc((size_t)n, sizeof(*pr.local));
 	if (!pr.out || !pr.local) {

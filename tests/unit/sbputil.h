@@ -59,26 +59,4 @@ static inline size_t all_layouts(const flow_shape_t *shape,
 	return n;
 }
 
-/* Elements in a box. */
-static inline int64_t box_numel(const flow_box_t *b)
-{
-	int64_t n = 1;
-	for (int d = 0; d < b->ndim; d++)
-		n *= b->extent[d];
-	return n;
-}
-
-/* Row-major logical index, in shape, of the element at offset x of box. */
-static inline int64_t logical_index(const flow_shape_t *shape,
-				    const flow_box_t *box, int64_t x)
-{
-	int64_t idx = 0, inner = 1;
-	for (int d = box->ndim - 1; d >= 0; d--) {
-		idx += (box->start[d] + x % box->extent[d]) * inner;
-		x /= box->extent[d];
-		inner *= shape->dims[d];
-	}
-	return idx;
-}
-
 #endif

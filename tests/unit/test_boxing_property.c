@@ -164,11 +164,11 @@ static void fill_sources(const flow_boxing_plan_t *plan, void **local)
 		flow_box_t box;
 		flow_nd_sbp_local_box(&plan->shape, &plan->src, mesh, i, &box);
 		int64_t copies, k = partial_index(mesh, pmask, i, &copies);
-		int64_t n = box_numel(&box);
+		int64_t n = flow_box_numel(&box);
 		void *buf = flow_calloc((size_t)n, flow_dtype_size(plan->dtype));
 		assert_non_null(buf);
 		for (int64_t x = 0; x < n; x++) {
-			int64_t e = logical_index(&plan->shape, &box, x);
+			int64_t e = flow_box_element(&plan->shape, &box, x, NULL);
 			double v = logical_value(e);
 			if (k > 0)
 				v = addend(e, k);
@@ -196,14 +196,14 @@ static bool destinations_exact(const flow_boxing_plan_t *plan, void **local,
 		flow_nd_sbp_local_box(&plan->shape, &plan->dst, mesh, i, &box);
 		flow_mesh_t group;
 		flow_mesh_group(mesh, pmask, i, &group);
-		for (int64_t x = 0; x < box_numel(&box); x++) {
+		for (int64_t x = 0; x < flow_box_numel(&box); x++) {
 			double sum = 0;
 			for (int64_t g = 0; g < copies; g++) {
 				int64_t rank = pmask ? flow_mesh_rank(&group, g) :
 						       flow_mesh_rank(mesh, i);
 				sum += get(plan->dtype, local[rank], x);
 			}
-			int64_t e = logical_index(&plan->shape, &box, x);
+			int64_t e = flow_box_element(&plan->shape, &box, x, NULL);
 			if (sum != logical_value(e)) {
 				snprintf(why, cap,
 					 "position %" PRId64 " element %" PRId64 ": got %g, want %g",
@@ -213,11 +213,6 @@ static bool destinations_exact(const flow_boxing_plan_t *plan, void **local,
 		}
 	}
 	return true;
-}
-
-static int64_t top_rank(const flow_mesh_t *m)
-{
-	return flow_mesh_rank(m, flow_mesh_size(m) - 1);
 }
 
 /* Consistency of a plan's steps with each other and with its per-rank
@@ -304,7 +299,7 @@ static bool run_case(uint64_t seed, const flow_shape_t *shape,
 			flow_diag_message(&diag));
 		return false;
 	}
-	size_t nranks = (size_t)(top_rank(sm) > top_rank(dm) ? top_rank(sm) : top_rank(dm)) + 1;
+	size_t nranks = (size_t)(flow_mesh_top_rank(sm) > flow_mesh_top_rank(dm) ? flow_mesh_top_rank(sm) : flow_mesh_top_rank(dm)) + 1;
 	void **local = calloc(nranks, sizeof(*local));
 	uint64_t *sent = calloc(nranks, sizeof(*sent));
 	uint64_t *recvd = calloc(nranks, sizeof(*recvd));
@@ -380,12 +375,12 @@ static bool run_config(uint64_t seed, stats_t *stats)
 	case 2: /* disjoint */
 		ndim = (int)splitmix64_range(&s, 1, 3);
 		random_dims(&s, ndim, 16, dims);
-		dm = make_mesh(ndim, dims, top_rank(&sm) + splitmix64_range(&s, 1, 3));
+		dm = make_mesh(ndim, dims, flow_mesh_top_rank(&sm) + splitmix64_range(&s, 1, 3));
 		break;
 	case 3: /* overlapping */
 		ndim = (int)splitmix64_range(&s, 1, 3);
 		random_dims(&s, ndim, 16, dims);
-		dm = make_mesh(ndim, dims, splitmix64_range(&s, sm.base, top_rank(&sm)));
+		dm = make_mesh(ndim, dims, splitmix64_range(&s, sm.base, flow_mesh_top_rank(&sm)));
 		break;
 	default:
 		dm = reshaped(&s, &sm);

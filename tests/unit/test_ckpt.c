@@ -60,10 +60,10 @@ static void make_desc(flow_ckpt_tensor_desc_t *d, const char *name,
 	memcpy(d->sbp, sbp, strlen(sbp) + 1);
 }
 
-static flow_ckpt_box_t make_box(int ndim, const int64_t *start,
+static flow_box_t make_box(int ndim, const int64_t *start,
 				const int64_t *end)
 {
-	flow_ckpt_box_t b;
+	flow_box_t b;
 	memset(&b, 0, sizeof(b));
 	b.ndim = ndim;
 	for (int i = 0; i < ndim; i++) {
@@ -81,21 +81,13 @@ static size_t shape_numel(const flow_shape_t *s)
 	return n;
 }
 
-static size_t box_numel(const flow_ckpt_box_t *b)
-{
-	size_t n = 1;
-	for (int i = 0; i < b->ndim; i++)
-		n *= (size_t)b->extent[i];
-	return n;
-}
-
 /* The elements of box from a row-major logical tensor, one at a time (a
  * deliberately different walk from the library's). */
 static void ref_extract(const unsigned char *logical, const flow_shape_t *shape,
-			const flow_ckpt_box_t *box, size_t elsize,
+			const flow_box_t *box, size_t elsize,
 			unsigned char *out)
 {
-	size_t n = box_numel(box);
+	size_t n = (size_t)flow_box_numel(box);
 	for (size_t k = 0; k < n; k++) {
 		/* k -> index within the box -> logical flat index */
 		size_t rem = k, flat = 0, mul = 1;
@@ -333,8 +325,8 @@ static void make_good(const char *dir)
 	flow_ckpt_writer_t *w0, *w1;
 	assert_int_equal(flow_ckpt_writer_new(dir, 0, &w0, &diag), FLOW_OK);
 	assert_int_equal(flow_ckpt_writer_new(dir, 1, &w1, &diag), FLOW_OK);
-	flow_ckpt_box_t top = make_box(2, (int64_t[]){ 0, 0 }, (int64_t[]){ 6, 4 });
-	flow_ckpt_box_t bottom = make_box(2, (int64_t[]){ 6, 0 },
+	flow_box_t top = make_box(2, (int64_t[]){ 0, 0 }, (int64_t[]){ 6, 4 });
+	flow_box_t bottom = make_box(2, (int64_t[]){ 6, 0 },
 					  (int64_t[]){ 10, 4 });
 	assert_int_equal(flow_ckpt_writer_add(w0, &wte, &top, good_wte, &diag),
 			 FLOW_OK);
@@ -452,8 +444,8 @@ static void test_ckpt_step_path_and_whole_box(void **state)
 	assert_string_equal(p, "ckpt/step-123456789");
 	free(p);
 	flow_shape_t s = { 3, { 4, 5, 6 } };
-	flow_ckpt_box_t b;
-	flow_ckpt_box_whole(&s, &b);
+	flow_box_t b;
+	flow_box_whole(&s, &b);
 	assert_int_equal(b.ndim, 3);
 	assert_int_equal(b.start[1], 0);
 	assert_int_equal(b.extent[2], 6);
@@ -576,7 +568,7 @@ static void test_ckpt_multi_rank_write_commit_read_any_box(void **state)
 		int64_t lo, hi;
 		/* a: columns split 2,2,1 */
 		balanced(5, R, r, &lo, &hi);
-		flow_ckpt_box_t box = make_box(2, (int64_t[]){ 0, lo },
+		flow_box_t box = make_box(2, (int64_t[]){ 0, lo },
 					       (int64_t[]){ 7, hi });
 		float part[35];
 		ref_extract((unsigned char *)av, &a.shape, &box, 4,
@@ -618,7 +610,7 @@ static void test_ckpt_multi_rank_write_commit_read_any_box(void **state)
 		for (int64_t r1 = r0; r1 <= 7; r1++)
 			for (int64_t c0 = 0; c0 <= 5; c0++)
 				for (int64_t c1 = c0; c1 <= 5; c1++) {
-					flow_ckpt_box_t q = make_box(
+					flow_box_t q = make_box(
 						2, (int64_t[]){ r0, c0 },
 						(int64_t[]){ r1, c1 });
 					float got[35], want[35];
@@ -629,12 +621,12 @@ static void test_ckpt_multi_rank_write_commit_read_any_box(void **state)
 									&diag),
 							 FLOW_OK);
 					assert_memory_equal(got, want,
-							    box_numel(&q) * 4);
+							    (size_t)flow_box_numel(&q) * 4);
 				}
 	int64_t bb[9];
 	assert_int_equal(flow_ckpt_read(c, 2, NULL, bb, &diag), FLOW_OK);
 	assert_memory_equal(bb, bv, sizeof(bv));
-	flow_ckpt_box_t q = make_box(1, (int64_t[]){ 2 }, (int64_t[]){ 7 });
+	flow_box_t q = make_box(1, (int64_t[]){ 2 }, (int64_t[]){ 7 });
 	assert_int_equal(flow_ckpt_read(c, 2, &q, bb, &diag), FLOW_OK);
 	assert_memory_equal(bb, bv + 2, 5 * sizeof(int64_t));
 	uint16_t rb[6];
@@ -663,7 +655,7 @@ static void test_ckpt_multi_rank_write_commit_read_any_box(void **state)
 
 typedef struct prop_piece {
 	int tensor;
-	flow_ckpt_box_t box;
+	flow_box_t box;
 	uint32_t rank;
 } prop_piece_t;
 
@@ -672,7 +664,7 @@ enum { PROP_CKPTS = 24, PROP_TENSORS = 16, PROP_RANKS_MAX = 4,
 
 /* Cut dimension of length n into 1-3 pieces at random points (pieces may
  * be empty); returns the number of pieces, bounds in cuts[0..k]. */
-static bool box_same(const flow_ckpt_box_t *a, const flow_ckpt_box_t *b)
+static bool box_same(const flow_box_t *a, const flow_box_t *b)
 {
 	if (a->ndim != b->ndim)
 		return false;
@@ -738,7 +730,7 @@ static void test_ckpt_property_any_box_of_random_tilings(void **state)
 				k[d] = random_cuts(&rng, dims[d], cuts[d]);
 			int first = npieces;
 			for (;;) {
-				flow_ckpt_box_t b;
+				flow_box_t b;
 				memset(&b, 0, sizeof(b));
 				b.ndim = ndim;
 				for (int d = 0; d < ndim; d++) {
@@ -790,7 +782,7 @@ static void test_ckpt_property_any_box_of_random_tilings(void **state)
 				const flow_ckpt_tensor_desc_t *d =
 					&desc[pieces[i].tensor];
 				size_t es = flow_dtype_size(d->dtype);
-				unsigned char *part = malloc(box_numel(&pieces[i].box) * es + 1);
+				unsigned char *part = malloc((size_t)flow_box_numel(&pieces[i].box) * es + 1);
 				ref_extract(logical[pieces[i].tensor], &d->shape,
 					    &pieces[i].box, es, part);
 				if (flow_ckpt_writer_add(w, d, &pieces[i].box, part,
@@ -813,9 +805,9 @@ static void test_ckpt_property_any_box_of_random_tilings(void **state)
 			assert_true(at >= 0);
 			size_t es = flow_dtype_size(d->dtype);
 			for (int qn = 0; qn <= PROP_QUERIES; qn++) {
-				flow_ckpt_box_t q;
+				flow_box_t q;
 				if (qn == 0) {
-					flow_ckpt_box_whole(&d->shape, &q);
+					flow_box_whole(&d->shape, &q);
 				} else {
 					memset(&q, 0, sizeof(q));
 					q.ndim = d->shape.ndim;
@@ -828,7 +820,7 @@ static void test_ckpt_property_any_box_of_random_tilings(void **state)
 						q.extent[dd] = hi - lo;
 					}
 				}
-				size_t bytes = box_numel(&q) * es;
+				size_t bytes = (size_t)flow_box_numel(&q) * es;
 				unsigned char *got = malloc(bytes + 8);
 				unsigned char *want = malloc(bytes + 1);
 				memset(got, 0xee, bytes + 8);
@@ -861,7 +853,7 @@ static void test_ckpt_property_commit_rejects_broken_tilings(void **state)
 {
 	(void)state;
 	uint64_t rng = 0xb0c5e5ull;
-	static flow_ckpt_box_t boxes[256];
+	static flow_box_t boxes[256];
 	int overlaps = 0, gaps = 0;
 	for (int ck = 0; ck < 64; ck++) {
 		char dir[512], sub[64];
@@ -876,14 +868,14 @@ static void test_ckpt_property_commit_rejects_broken_tilings(void **state)
 		}
 		int n = 0;
 		for (;;) {
-			flow_ckpt_box_t b;
+			flow_box_t b;
 			memset(&b, 0, sizeof(b));
 			b.ndim = ndim;
 			for (int d = 0; d < ndim; d++) {
 				b.start[d] = cuts[d][cell[d]];
 				b.extent[d] = cuts[d][cell[d] + 1] - cuts[d][cell[d]];
 			}
-			if (box_numel(&b) > 0)
+			if ((size_t)flow_box_numel(&b) > 0)
 				boxes[n++] = b;
 			int d = ndim - 1;
 			for (; d >= 0; d--) {
@@ -895,7 +887,7 @@ static void test_ckpt_property_commit_rejects_broken_tilings(void **state)
 				break;
 		}
 		/* Break one piece. */
-		flow_ckpt_box_t *v = &boxes[rng_range(&rng, 0, n - 1)];
+		flow_box_t *v = &boxes[rng_range(&rng, 0, n - 1)];
 		int d = (int)rng_range(&rng, 0, ndim - 1);
 		bool room_above = v->start[d] + v->extent[d] < dims[d];
 		bool room_below = v->start[d] > 0;
@@ -949,13 +941,13 @@ static void test_ckpt_writer_rejects_bad_descs_and_boxes(void **state)
 	flow_ckpt_tensor_desc_t d;
 	make_desc(&d, "w", FLOW_DTYPE_F32, 2, (int64_t[]){ 3, 4 }, "1", "(B)");
 
-	flow_ckpt_box_t out = make_box(2, (int64_t[]){ 2, 0 }, (int64_t[]){ 4, 4 });
+	flow_box_t out = make_box(2, (int64_t[]){ 2, 0 }, (int64_t[]){ 4, 4 });
 	assert_int_equal(flow_ckpt_writer_add(w, &d, &out, data, &diag),
 			 FLOW_ERR_USAGE);
 	expect_diag(&diag, FLOW_ERR_USAGE, "tensor 'w': box 2:4,0:4 is outside its shape (3,4)");
 	flow_diag_clear(&diag);
 
-	flow_ckpt_box_t flat = make_box(1, (int64_t[]){ 0 }, (int64_t[]){ 3 });
+	flow_box_t flat = make_box(1, (int64_t[]){ 0 }, (int64_t[]){ 3 });
 	assert_int_equal(flow_ckpt_writer_add(w, &d, &flat, data, &diag),
 			 FLOW_ERR_USAGE);
 	expect_diag(&diag, FLOW_ERR_USAGE, "box has 1 dimensions, the shape (3,4) has 2");
@@ -1302,7 +1294,7 @@ static void test_ckpt_read_finds_flipped_data_bytes(void **state)
 	expect_diag(&diag, FLOW_ERR_CHECKSUM, expect);
 	flow_diag_clear(&diag);
 	/* A box that only rank 0's shard covers reads fine. */
-	flow_ckpt_box_t top = make_box(2, (int64_t[]){ 1, 1 }, (int64_t[]){ 6, 3 });
+	flow_box_t top = make_box(2, (int64_t[]){ 1, 1 }, (int64_t[]){ 6, 3 });
 	assert_int_equal(flow_ckpt_read(c, 0, &top, buf, &diag), FLOW_OK);
 	float want[40];
 	flow_shape_t shape = { 2, { 10, 4 } };
@@ -1445,7 +1437,7 @@ static void test_ckpt_rewrite_removes_the_manifest_first(void **state)
 	float nw[16];
 	for (int i = 0; i < 16; i++)
 		nw[i] = 1000.0f + (float)i;
-	flow_ckpt_box_t bottom = make_box(2, (int64_t[]){ 6, 0 },
+	flow_box_t bottom = make_box(2, (int64_t[]){ 6, 0 },
 					  (int64_t[]){ 10, 4 });
 	assert_int_equal(flow_ckpt_writer_add(w, &wte, &bottom, nw, &diag), FLOW_OK);
 	assert_int_equal(flow_ckpt_writer_finish(w, &diag), FLOW_OK);
@@ -1469,8 +1461,8 @@ static void test_ckpt_abort_leaves_nothing_under_final_names(void **state)
 	float data[4] = { 1, 2, 3, 4 };
 	flow_ckpt_tensor_desc_t d;
 	make_desc(&d, "w", FLOW_DTYPE_F32, 1, (int64_t[]){ 4 }, "2", "(S(0))");
-	flow_ckpt_box_t half0 = make_box(1, (int64_t[]){ 0 }, (int64_t[]){ 2 });
-	flow_ckpt_box_t half1 = make_box(1, (int64_t[]){ 2 }, (int64_t[]){ 4 });
+	flow_box_t half0 = make_box(1, (int64_t[]){ 0 }, (int64_t[]){ 2 });
+	flow_box_t half1 = make_box(1, (int64_t[]){ 2 }, (int64_t[]){ 4 });
 	flow_ckpt_writer_t *w0, *w1;
 	assert_int_equal(flow_ckpt_writer_new(dir, 0, &w0, &diag), FLOW_OK);
 	assert_int_equal(flow_ckpt_writer_new(dir, 1, &w1, &diag), FLOW_OK);

@@ -213,6 +213,45 @@ static void test_sbp_mesh_groups_are_affine_sub_meshes(void **state)
 	assert_string_equal(buf, "2x3:pp,tp@3/6x1");
 }
 
+/* The top rank is the largest rank of any position, for random meshes
+ * with any base and strides (row-major, column-major, gapped). */
+static void test_sbp_mesh_top_rank_is_the_largest_rank(void **state)
+{
+	(void)state;
+	uint64_t seed = 0x7095u;
+
+	for (int c = 0; c < 2000; c++) {
+		flow_mesh_t m;
+		int ndim = (int)splitmix64_range(&seed, 1, 4);
+		int64_t dims[FLOW_MESH_MAX_AXES], step = 1;
+		for (int a = 0; a < ndim; a++)
+			dims[a] = splitmix64_range(&seed, 1, 4);
+		assert_int_equal(flow_mesh_init(&m, ndim, dims,
+						splitmix64_range(&seed, 0, 9), NULL),
+				 FLOW_OK);
+		/* Strides in a random axis order, each past the last axis'
+		 * span plus a gap, so no rank repeats. */
+		int order[FLOW_MESH_MAX_AXES];
+		for (int a = 0; a < ndim; a++)
+			order[a] = a;
+		for (int a = ndim - 1; a > 0; a--) {
+			int b = (int)splitmix64_range(&seed, 0, a), t = order[a];
+			order[a] = order[b];
+			order[b] = t;
+		}
+		for (int a = 0; a < ndim; a++) {
+			m.stride[order[a]] = step;
+			step *= dims[order[a]] + splitmix64_range(&seed, 0, 2);
+		}
+		assert_int_equal(flow_mesh_check(&m, NULL), FLOW_OK);
+		int64_t top = -1;
+		for (int64_t i = 0; i < flow_mesh_size(&m); i++)
+			if (flow_mesh_rank(&m, i) > top)
+				top = flow_mesh_rank(&m, i);
+		assert_int_equal(flow_mesh_top_rank(&m), top);
+	}
+}
+
 /* ---- SBP text -------------------------------------------------------------------- */
 
 static void test_sbp_nd_sbp_text_round_trips(void **state)
@@ -499,6 +538,7 @@ int main(void)
 		cmocka_unit_test(test_sbp_mesh_ranks_coords_and_inverse),
 		cmocka_unit_test(test_sbp_mesh_axis_names),
 		cmocka_unit_test(test_sbp_mesh_groups_are_affine_sub_meshes),
+		cmocka_unit_test(test_sbp_mesh_top_rank_is_the_largest_rank),
 		cmocka_unit_test(test_sbp_nd_sbp_text_round_trips),
 		cmocka_unit_test(test_sbp_nd_sbp_parse_errors_point_at_the_problem),
 		cmocka_unit_test(test_sbp_split_uneven_gives_first_ranks_extra),
