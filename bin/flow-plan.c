@@ -16,6 +16,7 @@
 
 #include <flow/boxing.h>
 #include <flow/file.h>
+#include <flow/json.h>
 #include <flow/log.h>
 #include <flow/mem.h>
 #include <flow/plan.h>
@@ -580,22 +581,6 @@ static void print_sbp(FILE *f, flow_sbp_t s)
 	}
 }
 
-/* A JSON string literal; escapes what JSON requires. */
-static void print_json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 static const char *plural(int64_t n, const char *one, const char *many)
 {
 	return n == 1 ? one : many;
@@ -690,10 +675,10 @@ static void print_json_layout(const char *key, const flow_nd_sbp_t *sbp,
 							   FLOW_SBP_TEXT_MAX];
 	flow_mesh_format(mesh, text, sizeof(text));
 	printf(", \"%s\": ", mesh_key);
-	print_json_string(stdout, text);
+	flow_json_write_string(stdout, text);
 	flow_nd_sbp_format(sbp, text, sizeof(text));
 	printf(", \"%s\": ", key);
-	print_json_string(stdout, text);
+	flow_json_write_string(stdout, text);
 }
 
 /* The rows of flow_boxing_plan_print as JSON objects: the steps, then the
@@ -705,7 +690,7 @@ static void print_boxing_json(const flow_boxing_plan_t *plan)
 	for (size_t i = 0; i < plan->nsteps; i++) {
 		const flow_boxing_step_t *s = &plan->steps[i];
 		printf("\n  {\"step\": %zu, \"kind\": ", i + 1);
-		print_json_string(stdout, flow_boxing_kind_name(s->kind));
+		flow_json_write_string(stdout, flow_boxing_kind_name(s->kind));
 		fputs(", \"axes\": [", stdout);
 		for (int a = 0, n = 0; a < FLOW_MESH_MAX_AXES; a++)
 			if (s->axes & (1u << a))
@@ -1088,7 +1073,7 @@ static void print_signature_row(bool json, bool first, const char *name,
 {
 	if (json) {
 		printf("%s\n  {\"name\": ", first ? "" : ",");
-		print_json_string(stdout, name);
+		flow_json_write_string(stdout, name);
 	} else {
 		fputs(name, stdout);
 	}

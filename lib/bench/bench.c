@@ -18,6 +18,7 @@
 
 #include <flow/bench.h>
 #include <flow/blas.h>
+#include <flow/json.h>
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
 #include <flow/log.h>
@@ -1137,21 +1138,6 @@ void flow_bench_write_tsv_row(FILE *f, const flow_bench_record_t *rec)
 		(unsigned long long)rec->wrong);
 }
 
-void flow_bench_write_json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20)
-			fprintf(f, "\\u%04x", ch);
-		else
-			fputc(ch, f);
-	}
-	fputc('"', f);
-}
-
 static void json_num(FILE *f, const char *key, double x)
 {
 	fprintf(f, ",\"%s\":", key);
@@ -1164,11 +1150,11 @@ static void json_num(FILE *f, const char *key, double x)
 void flow_bench_write_json_record(FILE *f, const flow_bench_record_t *rec)
 {
 	fputs("{\"kernel\":", f);
-	flow_bench_write_json_string(f, rec->kernel);
+	flow_json_write_string(f, rec->kernel);
 	fputs(",\"pass\":", f);
-	flow_bench_write_json_string(f, rec->pass);
+	flow_json_write_string(f, rec->pass);
 	fputs(",\"shape\":", f);
-	flow_bench_write_json_string(f, rec->shape);
+	flow_json_write_string(f, rec->shape);
 	fprintf(f, ",\"iters\":%u", rec->iters);
 	json_num(f, "time_us", rec->time_us);
 	json_num(f, "min_us", rec->min_us);
@@ -1189,7 +1175,7 @@ void flow_bench_write_json_record(FILE *f, const flow_bench_record_t *rec)
 static void json_str(FILE *f, const char *key, const char *value, bool first)
 {
 	fprintf(f, "%s\"%s\":", first ? "" : ",", key);
-	flow_bench_write_json_string(f, value);
+	flow_json_write_string(f, value);
 }
 
 void flow_bench_write_json_machine(FILE *f, const flow_bench_machine_t *m)

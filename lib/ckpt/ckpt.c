@@ -713,12 +713,6 @@ static const flow_textrec_format_t ckpt_format = {
 	.hint_causes = true,
 };
 
-static flow_err_t field_u64(flow_textrec_t *p, int i, const char *what,
-			    uint64_t max, uint64_t *out)
-{
-	return flow_textrec_field_u64(p, i, what, 0, max, out);
-}
-
 enum { S_MAGIC, S_HEAD, S_BODY, S_END };
 
 /* "tensor NAME DTYPE SHAPE MESH SBP" */
@@ -804,7 +798,7 @@ static flow_err_t parse_shard(flow_textrec_t *p, doc_t *doc, long cur,
 	ckpt_shard_t s;
 	memset(&s, 0, sizeof(s));
 	uint64_t v = 0;
-	if ((err = field_u64(p, 2, "rank", UINT32_MAX, &v)) != FLOW_OK)
+	if ((err = flow_textrec_field_u64(p, 2, "rank", 0, UINT32_MAX, &v)) != FLOW_OK)
 		return err;
 	s.rank = (uint32_t)v;
 	if (doc->kind == DOC_INDEX && s.rank != doc->rank)
@@ -827,8 +821,8 @@ static flow_err_t parse_shard(flow_textrec_t *p, doc_t *doc, long cur,
 	if (strcmp(p->fields[4], want) != 0)
 		return flow_textrec_error(p, "expected shard file '%s', got '%s'",
 					  want, p->fields[4]);
-	if ((err = field_u64(p, 5, "shard offset", INT64_MAX, &s.offset)) != FLOW_OK ||
-	    (err = field_u64(p, 6, "shard length", INT64_MAX, &s.length)) != FLOW_OK)
+	if ((err = flow_textrec_field_u64(p, 5, "shard offset", 0, INT64_MAX, &s.offset)) != FLOW_OK ||
+	    (err = flow_textrec_field_u64(p, 6, "shard length", 0, INT64_MAX, &s.length)) != FLOW_OK)
 		return err;
 	if (s.offset % SHARD_ALIGN)
 		return flow_textrec_error(p, "shard offset %" PRIu64 " is not a multiple of %u",
@@ -951,7 +945,7 @@ static flow_err_t parse_doc(doc_t *doc, char *text, size_t len,
 							 rec);
 				goto out_release_reader;
 			}
-			if ((err = field_u64(&p, 1, "format version", UINT64_MAX,
+			if ((err = flow_textrec_field_u64(&p, 1, "format version", 0, UINT64_MAX,
 					     &v)) != FLOW_OK)
 				goto out_release_reader;
 			if (v != FLOW_CKPT_FORMAT_VERSION) {
@@ -970,7 +964,7 @@ static flow_err_t parse_doc(doc_t *doc, char *text, size_t len,
 				}
 				if ((err = flow_textrec_expect_fields(&p, 2,
 								      "step N")) != FLOW_OK ||
-				    (err = field_u64(&p, 1, "step", UINT64_MAX,
+				    (err = flow_textrec_field_u64(&p, 1, "step", 0, UINT64_MAX,
 						     &doc->step)) != FLOW_OK)
 					goto out_release_reader;
 			} else {
@@ -981,7 +975,7 @@ static flow_err_t parse_doc(doc_t *doc, char *text, size_t len,
 				}
 				if ((err = flow_textrec_expect_fields(&p, 2,
 								      "rank R")) != FLOW_OK ||
-				    (err = field_u64(&p, 1, "rank", UINT32_MAX,
+				    (err = flow_textrec_field_u64(&p, 1, "rank", 0, UINT32_MAX,
 						     &v)) != FLOW_OK)
 					goto out_release_reader;
 				if (v != doc->rank) {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <flow/json.h>
 #include <flow/loader.h>
 
 #include "loader_internal.h"
@@ -568,26 +569,6 @@ flow_err_t flow_loader_seek(flow_loader_t *loader,
 	return FLOW_OK;
 }
 
-/* Write s as a JSON string (quotes included). */
-static int print_json_string(FILE *out, const char *s)
-{
-	if (fputc('"', out) == EOF)
-		return -1;
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		int rc;
-		if (c == '"' || c == '\\')
-			rc = fprintf(out, "\\%c", c);
-		else if (c < 0x20)
-			rc = fprintf(out, "\\u%04x", c);
-		else
-			rc = fputc(c, out) == EOF ? -1 : 1;
-		if (rc < 0)
-			return -1;
-	}
-	return fputc('"', out) == EOF ? -1 : 0;
-}
-
 flow_err_t flow_loader_print_order(const flow_loader_t *loader,
 				   uint64_t first_step, uint64_t steps,
 				   FILE *out, bool json, flow_diag_t *diag)
@@ -633,7 +614,7 @@ flow_err_t flow_loader_print_order(const flow_loader_t *loader,
 				     first_row ? "" : ",", s, loader->dp_rank,
 				     slot, ref.position, ref.epoch, ref.sample);
 			if (rc >= 0)
-				rc = print_json_string(out, file);
+				rc = flow_json_write_string(out, file) ? 0 : -1;
 			if (rc >= 0)
 				rc = fprintf(out, ", \"offset\": %" PRIu64 "}",
 					     ref.offset);

@@ -48,13 +48,6 @@ static flow_err_t expect_key(flow_textrec_t *p, const char *key, int nfields,
 	return flow_textrec_expect_fields(p, nfields, syntax);
 }
 
-/* The manifest's numbers fit an int64_t. */
-static flow_err_t field_u64(flow_textrec_t *p, int i, const char *what,
-			    uint64_t min, uint64_t *out)
-{
-	return flow_textrec_field_u64(p, i, what, min, INT64_MAX, out);
-}
-
 static bool valid_file_name(const char *name)
 {
 	if (!name[0] || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
@@ -97,7 +90,7 @@ static flow_err_t parse_line(flow_textrec_t *p, int *state, flow_manifest_t *m,
 		if ((err = expect_key(p, "flow-manifest", 2,
 				      "flow-manifest VERSION")) != FLOW_OK)
 			return err;
-		if ((err = field_u64(p, 1, "version", 0, &v)) != FLOW_OK)
+		if ((err = flow_textrec_field_u64(p, 1, "version", 0, INT64_MAX, &v)) != FLOW_OK)
 			return err;
 		if (v != FLOW_MANIFEST_VERSION)
 			return flow_textrec_error(p, "unsupported manifest version %" PRIu64 " (expected %d)",
@@ -107,7 +100,7 @@ static flow_err_t parse_line(flow_textrec_t *p, int *state, flow_manifest_t *m,
 		return FLOW_OK;
 	case S_VOCAB:
 		if ((err = expect_key(p, "vocab", 2, "vocab N")) != FLOW_OK ||
-		    (err = field_u64(p, 1, "vocabulary size", 1, &v)) != FLOW_OK)
+		    (err = flow_textrec_field_u64(p, 1, "vocabulary size", 1, INT64_MAX, &v)) != FLOW_OK)
 			return err;
 		if (v > 4294967296ull)
 			return flow_textrec_error(p, "vocabulary size %" PRIu64 " is above 4294967296",
@@ -149,7 +142,7 @@ static flow_err_t parse_line(flow_textrec_t *p, int *state, flow_manifest_t *m,
 					   &inner) != FLOW_OK || level == 0)
 				return flow_textrec_error(p, "invalid zstd level '%s'",
 							  p->fields[2]);
-			if ((err = field_u64(p, 3, "tokens per frame", 1, &v)) != FLOW_OK)
+			if ((err = flow_textrec_field_u64(p, 3, "tokens per frame", 1, INT64_MAX, &v)) != FLOW_OK)
 				return err;
 			if (v > UINT32_MAX)
 				return flow_textrec_error(p, "tokens per frame %" PRIu64 " is above %" PRIu32,
@@ -176,10 +169,8 @@ static flow_err_t parse_line(flow_textrec_t *p, int *state, flow_manifest_t *m,
 		if (strcmp(p->fields[5], "shards") != 0)
 			return flow_textrec_error(p, "expected 'shards', got '%s'",
 						  p->fields[5]);
-		if ((err = field_u64(p, 2, "token count", 0,
-				     &m->split_tokens[split])) != FLOW_OK ||
-		    (err = field_u64(p, 4, "shard count", 0,
-				     &split_shards[split])) != FLOW_OK)
+		if ((err = flow_textrec_field_u64(p, 2, "token count", 0, INT64_MAX, &m->split_tokens[split])) != FLOW_OK ||
+		    (err = flow_textrec_field_u64(p, 4, "shard count", 0, INT64_MAX, &split_shards[split])) != FLOW_OK)
 			return err;
 		*state = *state == S_SPLIT_TRAIN ? S_SPLIT_VAL : S_SHARDS;
 		return FLOW_OK;
@@ -201,8 +192,8 @@ static flow_err_t parse_line(flow_textrec_t *p, int *state, flow_manifest_t *m,
 			if (strcmp(m->shards[i].file, file) == 0)
 				return flow_textrec_error(p, "shard '%s' is listed twice",
 							  file);
-		if ((err = field_u64(p, 2, "token count", 0, &sh.info.tokens)) != FLOW_OK ||
-		    (err = field_u64(p, 3, "byte size", 72, &sh.info.bytes)) != FLOW_OK)
+		if ((err = flow_textrec_field_u64(p, 2, "token count", 0, INT64_MAX, &sh.info.tokens)) != FLOW_OK ||
+		    (err = flow_textrec_field_u64(p, 3, "byte size", 72, INT64_MAX, &sh.info.bytes)) != FLOW_OK)
 			return err;
 		if ((err = flow_textrec_field_sum(p, 4, &sh.info.checksum)) != FLOW_OK)
 			return err;

@@ -199,8 +199,6 @@ FLOW_EXPORT void flow_bench_write_json_record(FILE *f,
 /* The machine as a JSON object (no trailing newline). */
 FLOW_EXPORT void flow_bench_write_json_machine(FILE *f,
 					       const flow_bench_machine_t *m);
-/* s as a JSON string literal, quotes included. */
-FLOW_EXPORT void flow_bench_write_json_string(FILE *f, const char *s);
 
 #ifdef __cplusplus
 }

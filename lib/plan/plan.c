@@ -146,28 +146,31 @@ static bool copy_name(char *dst, size_t cap, const char *src)
 	return true;
 }
 
-static flow_err_t parse_u32(flow_textrec_t *r, int i, const char *what,
-			    uint64_t min, uint64_t max, uint32_t *out)
-{
-	uint64_t v;
-	flow_err_t err = flow_textrec_field_u64(r, i, what, min, max, &v);
-
-	if (err == FLOW_OK)
-		*out = (uint32_t)v;
-	return err;
-}
-
 static flow_err_t parse_header(flow_textrec_t *r, flow_plan_t *p, int h)
 {
 	static const char *const syntax[H_COUNT] = {
 		"model SPEC", "mesh DIMS:NAMES", "batch B", "seq-len T",
 		"grad-accum K", "zero Z", "recompute none",
 	};
+	/* The numeric ones, read the same way before the switch. */
+	static const struct {
+		const char *what;
+		uint64_t min, max;
+	} num[H_COUNT] = {
+		[H_BATCH] = { "batch", 1, UINT32_MAX },
+		[H_SEQ_LEN] = { "seq-len", 1, UINT32_MAX },
+		[H_GRAD_ACCUM] = { "grad-accum", 1, UINT32_MAX },
+		[H_ZERO] = { "zero stage", 0, 3 },
+	};
 	flow_diag_t local = FLOW_DIAG_INIT;
-	uint32_t z = 0;
+	uint64_t n = 0;
 	flow_err_t err;
 
 	if ((err = flow_textrec_expect_fields(r, 2, syntax[h])))
+		return err;
+	if (num[h].what &&
+	    (err = flow_textrec_field_u64(r, 1, num[h].what, num[h].min,
+					  num[h].max, &n)))
 		return err;
 	const char *v = r->fields[1];
 	switch (h) {
@@ -191,19 +194,20 @@ static flow_err_t parse_header(flow_textrec_t *r, flow_plan_t *p, int h)
 		return FLOW_OK;
 	case H_BATCH:
 		p->line_batch = r->line;
-		return parse_u32(r, 1, "batch", 1, UINT32_MAX, &p->batch);
+		p->batch = (uint32_t)n;
+		return FLOW_OK;
 	case H_SEQ_LEN:
 		p->line_seq_len = r->line;
-		return parse_u32(r, 1, "seq-len", 1, UINT32_MAX, &p->seq_len);
+		p->seq_len = (uint32_t)n;
+		return FLOW_OK;
 	case H_GRAD_ACCUM:
 		p->line_grad_accum = r->line;
-		return parse_u32(r, 1, "grad-accum", 1, UINT32_MAX,
-				 &p->grad_accum);
+		p->grad_accum = (uint32_t)n;
+		return FLOW_OK;
 	case H_ZERO:
 		p->line_zero = r->line;
-		err = parse_u32(r, 1, "zero stage", 0, 3, &z);
-		p->zero = (int)z;
-		return err;
+		p->zero = (int)n;
+		return FLOW_OK;
 	default:
 		if (strcmp(v, "none") != 0)
 			return flow_textrec_error(r, "unknown recompute policy "
@@ -255,11 +259,11 @@ static flow_err_t parse_stage(flow_textrec_t *r, flow_plan_t *p,
 			      plan_caps_t *c)
 {
 	flow_plan_stage_t *s;
-	uint32_t st;
+	uint64_t st;
 	flow_err_t err;
 
 	if ((err = flow_textrec_expect_fields(r, 3, "stage NAME S")) ||
-	    (err = parse_u32(r, 2, "stage", 0, INT32_MAX, &st)))
+	    (err = flow_textrec_field_u64(r, 2, "stage", 0, INT32_MAX, &st)))
 		return err;
 	if (!(s = push_stage(p, c)))
 		return flow_diag_set(r->diag, FLOW_ERR_NOMEM,
