@@ -66,12 +66,20 @@ FLOW_EXPORT void flow_exec_init_params_boxes(flow_exec_t *exec, uint64_t seed,
  * micro-batch). */
 FLOW_EXPORT void flow_exec_set_loss_scale(flow_exec_t *exec, float scale);
 
-/* Run ops [0, nforward): returns the mean of the losses tensor over its
- * elements, summed in double in index order (plain mean, not scaled). */
-FLOW_EXPORT double flow_exec_forward(flow_exec_t *exec);
+/* Run ops [0, nforward) and write to *loss_out the mean of the losses
+ * tensor over its elements, summed in double in index order (plain
+ * mean, not scaled; 0 for a graph without losses).  FLOW_OK, or the
+ * error of the first op that failed, with its message in diag: only the
+ * ops of a localized graph that talk to other ranks can fail (a peer
+ * that died or timed out).  A failure is final: every later pass returns
+ * it again and runs nothing. */
+FLOW_EXPORT flow_err_t flow_exec_forward(flow_exec_t *exec, double *loss_out,
+					 flow_diag_t *diag) FLOW_MUST_CHECK;
 /* Run ops [nforward, nops), clearing each activation gradient before its
- * first accumulation; parameter gradients accumulate. */
-FLOW_EXPORT void flow_exec_backward(flow_exec_t *exec);
+ * first accumulation; parameter gradients accumulate.  Fails as
+ * flow_exec_forward does. */
+FLOW_EXPORT flow_err_t flow_exec_backward(flow_exec_t *exec,
+					  flow_diag_t *diag) FLOW_MUST_CHECK;
 /* Set every parameter gradient to zero. */
 FLOW_EXPORT void flow_exec_zero_param_grads(flow_exec_t *exec);
 
@@ -88,11 +96,6 @@ FLOW_EXPORT void flow_exec_set_dist(flow_exec_t *exec,
 				    const struct flow_boxing_plan *plans,
 				    size_t n,
 				    struct flow_boxing_comms *comms);
-/* A pass of a distributed graph stops at the first failed collective (a
- * peer that died or timed out): FLOW_OK, or that error with its message
- * in diag.  Sticky: the executor runs nothing more. */
-FLOW_EXPORT flow_err_t flow_exec_error(const flow_exec_t *exec,
-				       flow_diag_t *diag);
 
 /* ---- profile ------------------------------------------------------------ */
 

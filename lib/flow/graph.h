@@ -209,6 +209,25 @@ FLOW_EXPORT flow_err_t flow_graph_backward(flow_graph_t *g, flow_diag_t *diag)
 FLOW_EXPORT int flow_graph_backward_from(flow_graph_t *g, int root,
 					 flow_diag_t *diag) FLOW_MUST_CHECK;
 
+/* For gradient rules (flow_op_def_t.backward): in *grad_out, the
+ * gradient tensor of tensor t, created when it does not exist yet (same
+ * dtype and shape, named "<name>.grad", role PARAM_GRAD for params, else
+ * GRAD), or -1 when t requires no gradient (or is not a tensor of g).
+ * FLOW_OK, or FLOW_ERR_NOMEM / FLOW_ERR_USAGE with diag set and
+ * *grad_out untouched. */
+FLOW_EXPORT flow_err_t flow_graph_grad_for(flow_graph_t *g, int t,
+					   int *grad_out, flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+
+/* For gradient rules: append a backward op of kind differentiating op
+ * `forward` (no shape rule beyond the counts; the outputs exist already)
+ * and return its index, or a negative flow_err_t with diag set. */
+FLOW_EXPORT int flow_graph_append_backward_op(flow_graph_t *g,
+					      flow_op_kind_t kind, int forward,
+					      const int *in, int nin,
+					      const int *out, int nout,
+					      flow_diag_t *diag) FLOW_MUST_CHECK;
+
 /* Check every invariant: indices in range, every op input written before
  * the op (or a param/input), shapes agree with the op's shape rule, unique
  * names.  FLOW_ERR_FORMAT with the first violation. */

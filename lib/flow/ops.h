@@ -66,7 +66,7 @@ typedef struct flow_op_def {
 			    flow_dtype_t dtypes_out[FLOW_OP_MAX_IO],
 			    flow_diag_t *diag);
 	/* Forward ops: append the backward op(s) of g->ops[op] to g, reading
-	 * and creating gradients with flow_graph_grad_for(); NULL for
+	 * and creating gradients with flow_graph_grad_for() (flow/graph.h); NULL for
 	 * backward ops. */
 	flow_err_t (*backward)(flow_graph_t *g, int op, flow_diag_t *diag);
 	/* FLOPs of one call (multiply-add = 2), for profiles and MFU. */
@@ -81,20 +81,6 @@ FLOW_EXPORT const flow_op_def_t *flow_op_def(flow_op_kind_t kind);
 FLOW_EXPORT flow_err_t flow_op_kind_parse(const char *name,
 					  flow_op_kind_t *kind_out,
 					  flow_diag_t *diag) FLOW_MUST_CHECK;
-
-/* For gradient rules: the gradient tensor of tensor t, created (same dtype
- * and shape, named "<name>.grad", role PARAM_GRAD for params, else GRAD)
- * when it does not exist yet; -1 when t does not require a gradient.
- * <0 other than -1 is an error (FLOW_ERR_NOMEM) with diag set. */
-FLOW_EXPORT int flow_graph_grad_for(flow_graph_t *g, int t, flow_diag_t *diag);
-
-/* For gradient rules: append a backward op (no shape rule beyond the
- * counts; outputs exist already) and return its index, or <0 with diag. */
-FLOW_EXPORT int flow_graph_append_backward_op(flow_graph_t *g,
-					      flow_op_kind_t kind, int forward,
-					      const int *in, int nin,
-					      const int *out, int nout,
-					      flow_diag_t *diag) FLOW_MUST_CHECK;
 
 #ifdef __cplusplus
 }

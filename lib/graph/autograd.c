@@ -10,14 +10,19 @@
 
 #include "ops/ops_internal.h"
 
-int flow_graph_grad_for(flow_graph_t *g, int t, flow_diag_t *diag)
+flow_err_t flow_graph_grad_for(flow_graph_t *g, int t, int *grad_out,
+			       flow_diag_t *diag)
 {
 	char name[FLOW_GRAPH_NAME_MAX + 8];
 
-	if (t < 0 || (size_t)t >= g->ntensors || !g->tensors[t].requires_grad)
-		return -1;
-	if (g->tensors[t].grad >= 0)
-		return g->tensors[t].grad;
+	if (t < 0 || (size_t)t >= g->ntensors || !g->tensors[t].requires_grad) {
+		*grad_out = -1;
+		return FLOW_OK;
+	}
+	if (g->tensors[t].grad >= 0) {
+		*grad_out = g->tensors[t].grad;
+		return FLOW_OK;
+	}
 
 	/* Copies: pushing a tensor may move g->tensors. */
 	const flow_shape_t shape = g->tensors[t].shape;
@@ -28,15 +33,12 @@ int flow_graph_grad_for(flow_graph_t *g, int t, flow_diag_t *diag)
 
 	snprintf(name, sizeof(name), "%s.grad", g->tensors[t].name);
 	int grad = flow_graph_push_tensor(g, name, role, dtype, &shape, diag);
-	/* -1 means "no gradient" here, and FLOW_ERR_NOMEM is -1: an
-	 * allocation failure (diag says so) is returned as FLOW_ERR_RANGE. */
-	if (grad == FLOW_ERR_NOMEM)
-		return FLOW_ERR_RANGE;
 	if (grad < 0)
-		return grad;
+		return (flow_err_t)grad;
 	g->tensors[grad].grad_of = t;
 	g->tensors[t].grad = grad;
-	return grad;
+	*grad_out = grad;
+	return FLOW_OK;
 }
 
 int flow_graph_append_backward_op(flow_graph_t *g, flow_op_kind_t kind,
@@ -141,11 +143,10 @@ static flow_err_t differentiate(flow_graph_t *g, bool seed_loss,
 	for (size_t t = 0; t < g->ntensors; t++) {
 		if (g->tensors[t].role != FLOW_ROLE_PARAM)
 			continue;
-		int grad = flow_graph_grad_for(g, (int)t, diag);
-		if (grad < -1) {
-			err = (flow_err_t)grad;
+		int grad;
+		if ((err = flow_graph_grad_for(g, (int)t, &grad, diag)) !=
+		    FLOW_OK)
 			goto out_restore;
-		}
 	}
 	return FLOW_OK;
 

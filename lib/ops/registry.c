@@ -194,10 +194,11 @@ flow_err_t flow_op_backward_rule(flow_graph_t *g, int op, flow_diag_t *diag)
 	for (int s = 0; s < info->nsaved; s++)
 		in[nin++] = forward_ref(&f, info->saved[s]);
 	for (int i = info->grad_in_first; i < f.nin; i++) {
-		int grad = f.in[i] >= 0 ? flow_graph_grad_for(g, f.in[i], diag) :
-					  -1;
-		if (grad < -1)
-			return (flow_err_t)grad;
+		int grad = -1;
+		flow_err_t err;
+		if (f.in[i] >= 0 &&
+		    (err = flow_graph_grad_for(g, f.in[i], &grad, diag)) != FLOW_OK)
+			return err;
 		/* The backward kernels take their gradients as non-aliasing
 		 * buffers, so one op cannot read a tensor twice and have both
 		 * gradients accumulate into it. */

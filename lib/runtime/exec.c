@@ -12,46 +12,12 @@
 #include <string.h>
 #include <time.h>
 
-#include <flow/boxing.h>
-#include <flow/comm.h>
-#include <flow/exec.h>
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
 #include <flow/mem.h>
 #include <flow/rng.h>
 
-#include "ops/ops_internal.h"
-
-/* The kernels of one set.  flow/kernels_ref.h mirrors flow/kernels.h
- * signature for signature, so both sets fill the same table. */
-typedef struct kernel_set {
-	void (*embedding_forward)(float *, const int32_t *, const float *,
-				  const float *, size_t, size_t, size_t);
-	void (*embedding_backward)(float *, float *, const float *,
-				   const int32_t *, size_t, size_t, size_t);
-	void (*layernorm_forward)(float *, float *, float *, const float *,
-				  const float *, const float *, size_t, size_t);
-	void (*layernorm_backward)(float *, float *, float *, const float *,
-				   const float *, const float *, const float *,
-				   const float *, size_t, size_t);
-	void (*matmul_forward)(float *, const float *, const float *,
-			       const float *, size_t, size_t, size_t);
-	void (*matmul_backward)(float *, float *, float *, const float *,
-				const float *, const float *, size_t, size_t,
-				size_t);
-	void (*attention_forward)(float *, float *, const float *, size_t,
-				  size_t, size_t, size_t);
-	size_t (*attention_scratch_bound)(size_t, size_t, size_t, size_t);
-	void (*attention_backward)(float *, void *, const float *,
-				   const float *, const float *, size_t, size_t,
-				   size_t, size_t);
-	void (*gelu_forward)(float *, const float *, size_t);
-	void (*gelu_backward)(float *, const float *, const float *, size_t);
-	void (*residual_forward)(float *, const float *, const float *, size_t);
-	void (*residual_backward)(float *, float *, const float *, size_t);
-	void (*cross_entropy)(float *, float *, const int32_t *, size_t, size_t,
-			      size_t, float);
-} kernel_set_t;
+#include "exec_internal.h"
 
 #define KERNEL_SET(prefix)                                                 \
 	{                                                                  \
@@ -68,63 +34,6 @@ typedef struct kernel_set {
 
 static const kernel_set_t cpu_kernels = KERNEL_SET(flow_cpu_);
 static const kernel_set_t ref_kernels = KERNEL_SET(flow_ref_);
-
-/* Kernel sizes, by the forward op's kind. */
-enum {
-	DIM_B = 0, DIM_T = 1, DIM_C = 2, DIM_NH = 3, /* embedding, attention */
-	DIM_N = 0,                                   /* rows or elements */
-	DIM_IN = 1, DIM_OUT = 2,                     /* matmul (and C) */
-	DIM_V = 1, DIM_VP = 2,                       /* cross-entropy */
-	DIM_ROWS = 3,             /* embedding: rows of (the shard of) wte */
-	DIM_COUNT = 4
-};
-
-/* One op, ready to run. */
-typedef struct exec_op {
-	flow_op_kind_t kind;
-	const flow_op_attrs_t *attrs; /* the graph op's */
-	void *in[FLOW_OP_MAX_IO];  /* NULL: optional input absent */
-	void *out[FLOW_OP_MAX_IO]; /* NULL: gradient not needed */
-	size_t dim[DIM_COUNT];
-	size_t zero_first, nzero;  /* into flow_exec.zeros */
-	double flops;
-} exec_op_t;
-
-/* An activation gradient cleared before the first op accumulating into
- * it. */
-typedef struct exec_zero {
-	void *ptr;
-	size_t bytes;
-} exec_zero_t;
-
-/* Rows of the profile: one per op kind, then named phases; a phase beyond
- * the table is counted under "other" in the last row. */
-#define EXEC_PHASES 16
-
-struct flow_exec {
-	const flow_graph_t *g;
-	const kernel_set_t *kernels;
-	flow_memplan_t plan;
-	void *params, *param_grads, *inputs, *arena, *scratch;
-	size_t param_bytes, grad_bytes;
-	void **ptr;          /* per tensor */
-	exec_op_t *ops;
-	exec_zero_t *zeros;
-	float loss_scale;
-	double step_flops;
-	bool profiling;
-	size_t nphases;
-	flow_profile_row_t profile[FLOW_OP_KIND_COUNT + EXEC_PHASES];
-	/* A localized graph's boxing plans and communicators (flow_exec_set_
-	 * dist); the first failure of a collective stops the pass. */
-	const flow_boxing_plan_t *boxings;
-	size_t nboxings;
-	flow_boxing_comms_t *comms;
-	flow_diag_t diag;
-	flow_err_t err;
-	float *dist_scratch; /* split cross-entropy's row statistics */
-	size_t dist_scratch_n;
-};
 
 /* ---- setup ------------------------------------------------------------------ */
 
@@ -508,18 +417,14 @@ void flow_exec_zero_param_grads(flow_exec_t *x)
 
 /* ---- running ---------------------------------------------------------------------- */
 
-static void exec_dist_kernel(flow_exec_t *x, const exec_op_t *o);
-
-static void exec_kernel(flow_exec_t *x, const exec_op_t *o)
+static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o)
 {
 	const kernel_set_t *k = x->kernels;
 	const size_t *d = o->dim;
 	void *const *in = o->in, *const *out = o->out;
 
-	if (o->attrs->split_axes || o->kind == FLOW_OP_BOXING) {
-		exec_dist_kernel(x, o);
-		return;
-	}
+	if (o->attrs->split_axes || o->kind == FLOW_OP_BOXING)
+		return flow_exec_dist_kernel(x, o);
 	switch (o->kind) {
 	case FLOW_OP_EMBEDDING:
 		k->embedding_forward(out[0], in[0], in[1], in[2], d[DIM_B],
@@ -572,6 +477,7 @@ static void exec_kernel(flow_exec_t *x, const exec_op_t *o)
 	case FLOW_OP_BOXING: /* handled above */
 		break;
 	}
+	return FLOW_OK;
 }
 
 static double now_seconds(void)
@@ -582,7 +488,11 @@ static double now_seconds(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void exec_run(flow_exec_t *x, size_t begin, size_t end)
+/* Run ops [begin, end).  The first failure (a collective of a localized
+ * graph) stops the pass and every later one: a half-run pass leaves
+ * tensors no later pass could trust. */
+static flow_err_t exec_run(flow_exec_t *x, size_t begin, size_t end,
+			   flow_diag_t *diag)
 {
 	for (size_t i = begin; i < end && x->err == FLOW_OK; i++) {
 		const exec_op_t *o = &x->ops[i];
@@ -590,7 +500,7 @@ static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 
 		for (size_t z = o->zero_first; z < o->zero_first + o->nzero; z++)
 			memset(x->zeros[z].ptr, 0, x->zeros[z].bytes);
-		exec_kernel(x, o);
+		x->err = exec_kernel(x, o);
 		if (x->profiling) {
 			flow_profile_row_t *row = &x->profile[o->kind];
 			row->seconds += now_seconds() - t0;
@@ -598,29 +508,36 @@ static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 			row->flops += o->flops;
 		}
 	}
+	if (x->err != FLOW_OK)
+		return flow_diag_set(diag, x->err, "%s",
+				     flow_diag_message(&x->diag));
+	return FLOW_OK;
 }
 
-double flow_exec_forward(flow_exec_t *x)
+flow_err_t flow_exec_forward(flow_exec_t *x, double *loss_out,
+			     flow_diag_t *diag)
 {
 	const flow_graph_t *g = x->g;
 	double sum = 0.0;
+	flow_err_t err = exec_run(x, 0, g->nforward, diag);
 
-	exec_run(x, 0, g->nforward);
-	if (g->loss < 0)
-		return 0.0;
-	const float *losses = x->ptr[g->loss];
-	size_t n = flow_graph_tensor_numel(g, g->loss);
-	for (size_t i = 0; i < n; i++)
-		sum += losses[i];
-	return n ? sum / (double)n : 0.0;
+	if (err != FLOW_OK)
+		return err;
+	if (g->loss >= 0) {
+		const float *losses = x->ptr[g->loss];
+		size_t n = flow_graph_tensor_numel(g, g->loss);
+		for (size_t i = 0; i < n; i++)
+			sum += losses[i];
+		sum = n ? sum / (double)n : 0.0;
+	}
+	*loss_out = sum;
+	return FLOW_OK;
 }
 
-void flow_exec_backward(flow_exec_t *x)
+flow_err_t flow_exec_backward(flow_exec_t *x, flow_diag_t *diag)
 {
-	exec_run(x, x->g->nforward, x->g->nops);
+	return exec_run(x, x->g->nforward, x->g->nops, diag);
 }
-
-/* ---- distributed graphs -------------------------------------------------------- */
 
 void flow_exec_set_dist(flow_exec_t *x, const flow_boxing_plan_t *plans,
 			size_t n, flow_boxing_comms_t *comms)
@@ -628,192 +545,6 @@ void flow_exec_set_dist(flow_exec_t *x, const flow_boxing_plan_t *plans,
 	x->boxings = plans;
 	x->nboxings = n;
 	x->comms = comms;
-}
-
-flow_err_t flow_exec_error(const flow_exec_t *x, flow_diag_t *diag)
-{
-	if (x->err != FLOW_OK)
-		flow_diag_set(diag, x->err, "%s", flow_diag_message(&x->diag));
-	return x->err;
-}
-
-static void dist_fail(flow_exec_t *x, flow_err_t err)
-{
-	if (err != FLOW_OK && x->err == FLOW_OK)
-		x->err = err;
-}
-
-/* Embedding over a shard of wte's rows [r0, r0 + rows): a token outside it
- * adds nothing here (its holder adds it); wpe comes as the localizer laid
- * it out (partial: whole on one rank, zero on the others). */
-static void embedding_rows_forward(float *out, const int32_t *tokens,
-				   const float *wte, const float *wpe,
-				   int64_t r0, size_t rows, size_t B, size_t T,
-				   size_t C)
-{
-#pragma omp parallel for schedule(static)
-	for (size_t bt = 0; bt < B * T; bt++) {
-		float *o = out + bt * C;
-		const float *p = wpe + (bt % T) * C;
-		int64_t row = (int64_t)tokens[bt] - r0;
-		bool held = row >= 0 && row < (int64_t)rows;
-		for (size_t c = 0; c < C; c++)
-			o[c] = (held ? wte[(size_t)row * C + c] : 0.0f) + p[c];
-	}
-}
-
-static void embedding_rows_backward(float *dwte, float *dwpe,
-				    const float *dout, const int32_t *tokens,
-				    int64_t r0, size_t rows, size_t B,
-				    size_t T, size_t C)
-{
-	for (size_t bt = 0; bt < B * T && dwte; bt++) {
-		int64_t row = (int64_t)tokens[bt] - r0;
-		if (row < 0 || row >= (int64_t)rows)
-			continue;
-		for (size_t c = 0; c < C; c++)
-			dwte[(size_t)row * C + c] += dout[bt * C + c];
-	}
-	for (size_t bt = 0; bt < B * T && dwpe; bt++)
-		for (size_t c = 0; c < C; c++)
-			dwpe[(bt % T) * C + c] += dout[bt * C + c];
-}
-
-static float *dist_scratch(flow_exec_t *x, size_t n)
-{
-	if (n > x->dist_scratch_n) {
-		float *p = flow_alloc(n * sizeof(float));
-		if (!p) {
-			dist_fail(x, flow_diag_set(&x->diag, FLOW_ERR_NOMEM,
-						   "out of memory"));
-			return NULL;
-		}
-		flow_free(x->dist_scratch);
-		x->dist_scratch = p;
-		x->dist_scratch_n = n;
-	}
-	return x->dist_scratch;
-}
-
-/* Cross-entropy with the classes split over comm: this rank holds logits
- * columns [c0, c0 + Vl) of the padded Vp, the real ones those below V.
- * The row maximum is gathered and the exponential sums are summed over
- * the group; the losses come out partial (P), rank 0 adding log-sum-exp
- * and the holder of each target subtracting its logit, so the group's sum
- * is the loss; dlogits, in place, are this rank's columns of the whole
- * row's gradient. */
-static flow_err_t ce_split(flow_exec_t *x, const exec_op_t *o,
-			   flow_comm_t *comm)
-{
-	float *losses = o->out[0], *logits = o->in[0];
-	const int32_t *targets = o->in[1];
-	size_t N = o->dim[DIM_N], Vl = o->dim[DIM_VP];
-	int64_t c0 = o->attrs->row_start, V = (int64_t)o->dim[DIM_V];
-	size_t valid = V <= c0 ? 0 : (size_t)(V - c0) < Vl ? (size_t)(V - c0) : Vl;
-	int p = flow_comm_size(comm), me = flow_comm_rank(comm);
-	float *s = dist_scratch(x, N * ((size_t)p + 2));
-	if (!s)
-		return x->err;
-	float *mine = s + N * (size_t)p, *sums = mine + N, *all = s;
-	size_t *counts = calloc((size_t)p, sizeof *counts);
-	if (!counts)
-		return flow_diag_set(&x->diag, FLOW_ERR_NOMEM, "out of memory");
-	for (int r = 0; r < p; r++)
-		counts[r] = N;
-	for (size_t n = 0; n < N; n++) {
-		float m = -INFINITY;
-		for (size_t j = 0; j < valid; j++)
-			m = fmaxf(m, logits[n * Vl + j]);
-		mine[n] = m;
-	}
-	flow_err_t err = flow_all_gather(comm, mine, all, counts,
-					 FLOW_DTYPE_F32, &x->diag);
-	free(counts);
-	if (err != FLOW_OK)
-		return err;
-	for (size_t n = 0; n < N; n++) {
-		float m = all[n];
-		for (int r = 1; r < p; r++)
-			m = fmaxf(m, all[(size_t)r * N + n]);
-		mine[n] = m; /* the row's maximum from here on */
-		double sum = 0.0;
-		for (size_t j = 0; j < valid; j++)
-			sum += exp((double)logits[n * Vl + j] - m);
-		sums[n] = (float)sum;
-	}
-	if ((err = flow_all_reduce(comm, sums, sums, N, FLOW_DTYPE_F32,
-				   &x->diag)) != FLOW_OK)
-		return err;
-	for (size_t n = 0; n < N; n++) {
-		float *row = logits + n * Vl;
-		int64_t t = targets[n] - c0;
-		bool held = targets[n] >= 0 && t >= 0 && t < (int64_t)valid;
-		double loss = me == 0 && targets[n] >= 0 ?
-				      log((double)sums[n]) + mine[n] : 0.0;
-		if (held)
-			loss -= row[t];
-		losses[n] = (float)loss;
-		for (size_t j = 0; j < Vl; j++) {
-			float pj = j < valid && targets[n] >= 0 ?
-					   (float)(exp((double)row[j] - mine[n]) /
-						   sums[n]) :
-					   0.0f;
-			if (held && (int64_t)j == t)
-				pj -= 1.0f;
-			row[j] = x->loss_scale * pj;
-		}
-	}
-	return FLOW_OK;
-}
-
-/* The ops of a localized graph that talk to other ranks or know their
- * shard: boxing, and embedding and cross-entropy split over a mesh axis. */
-static void exec_dist_kernel(flow_exec_t *x, const exec_op_t *o)
-{
-	const size_t *d = o->dim;
-	void *const *in = o->in, *const *out = o->out;
-	flow_comm_t *comm = NULL;
-	flow_err_t err = FLOW_OK;
-
-	switch (o->kind) {
-	case FLOW_OP_BOXING:
-		if (!x->comms || o->attrs->boxing >= x->nboxings) {
-			err = flow_diag_set(&x->diag, FLOW_ERR_USAGE,
-					    "boxing op without its plan");
-			break;
-		}
-		err = flow_boxing_run(&x->boxings[o->attrs->boxing], x->comms,
-				      in[0], out[0], &x->diag);
-		break;
-	case FLOW_OP_EMBEDDING:
-		embedding_rows_forward(out[0], in[0], in[1], in[2],
-				       o->attrs->row_start, d[DIM_ROWS],
-				       d[DIM_B], d[DIM_T], d[DIM_C]);
-		break;
-	case FLOW_OP_EMBEDDING_BACKWARD:
-		embedding_rows_backward(out[0], out[1], in[0], in[1],
-					o->attrs->row_start, d[DIM_ROWS],
-					d[DIM_B], d[DIM_T], d[DIM_C]);
-		break;
-	case FLOW_OP_CROSS_ENTROPY:
-		if (!x->comms) {
-			err = flow_diag_set(&x->diag, FLOW_ERR_USAGE,
-					    "split cross-entropy without "
-					    "communicators");
-			break;
-		}
-		err = flow_boxing_comms_axes(x->comms, o->attrs->split_axes,
-					     &comm, &x->diag);
-		if (err == FLOW_OK)
-			err = ce_split(x, o, comm);
-		break;
-	default:
-		err = flow_diag_set(&x->diag, FLOW_ERR_USAGE,
-				    "op kind %d cannot be split",
-				    (int)o->kind);
-		break;
-	}
-	dist_fail(x, err);
 }
 
 /* ---- profile --------------------------------------------------------------------- */

@@ -763,8 +763,8 @@ out:
 static flow_err_t loss_over_ranks(flow_trainer_t *t, double *value,
 				  flow_diag_t *diag)
 {
-	flow_err_t err = flow_exec_error(t->exec, diag);
-	if (err == FLOW_OK && t->localized && t->local.loss_partial_axes) {
+	flow_err_t err = FLOW_OK;
+	if (t->localized && t->local.loss_partial_axes) {
 		flow_comm_t *partial;
 		err = flow_boxing_comms_axes(t->comms,
 					     t->local.loss_partial_axes,
@@ -827,7 +827,11 @@ static int trainer_eval(flow_trainer_t *t, flow_train_row_t *row,
 					  diag);
 		if (rc < 0)
 			return rc;
-		sum += flow_exec_forward(t->exec);
+		double batch_loss;
+		if ((err = flow_exec_forward(t->exec, &batch_loss, diag)) !=
+		    FLOW_OK)
+			return err;
+		sum += batch_loss;
 	}
 	double loss = sum / (double)c->eval_batches;
 	if ((err = loss_over_ranks(t, &loss, diag)) != FLOW_OK)
@@ -881,8 +885,11 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 		flow_exec_profile_add(t->exec, "data", now_seconds() - td, 0);
 		if (t->batches && (err = dump_batch(t, diag)) != FLOW_OK)
 			return err;
-		loss += flow_exec_forward(t->exec);
-		flow_exec_backward(t->exec);
+		double mb_loss;
+		if ((err = flow_exec_forward(t->exec, &mb_loss, diag)) != FLOW_OK ||
+		    (err = flow_exec_backward(t->exec, diag)) != FLOW_OK)
+			return err;
+		loss += mb_loss;
 	}
 	loss /= c->grad_accum;
 	double ts = now_seconds();

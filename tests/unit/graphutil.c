@@ -127,3 +127,19 @@ void graphutil_gpt_build(flow_graph_t *g, const graphutil_gpt_t *d,
 	if (backward)
 		graphutil_must(flow_graph_backward(g, &diag), &diag);
 }
+
+double graphutil_forward(flow_exec_t *x)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	double loss = 0.0;
+
+	graphutil_must(flow_exec_forward(x, &loss, &diag), &diag);
+	return loss;
+}
+
+void graphutil_backward(flow_exec_t *x)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+
+	graphutil_must(flow_exec_backward(x, &diag), &diag);
+}

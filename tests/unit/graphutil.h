@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <flow/exec.h>
 #include <flow/graph.h>
 
 /* Called with the diagnostic when libflow refuses what a helper asks for.
@@ -34,6 +35,12 @@ int graphutil_param(flow_graph_t *g, const char *name, flow_init_t init,
  * its first output. */
 int graphutil_op(flow_graph_t *g, flow_op_kind_t kind, const char *name,
 		 const int *in, int nin, uint32_t heads, uint32_t vocab);
+
+/* A forward pass that must succeed (graphs of one rank cannot fail):
+ * its mean loss. */
+double graphutil_forward(flow_exec_t *x);
+/* A backward pass that must succeed. */
+void graphutil_backward(flow_exec_t *x);
 
 #define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
 #define NDIM(...) ((int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)))

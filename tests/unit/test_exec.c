@@ -76,9 +76,9 @@ static void exec_feed(flow_exec_t *x)
 
 static double exec_step(flow_exec_t *x)
 {
-	double loss = flow_exec_forward(x);
+	double loss = graphutil_forward(x);
 
-	flow_exec_backward(x);
+	graphutil_backward(x);
 	return loss;
 }
 
@@ -265,10 +265,10 @@ static void test_exec_loss_is_the_mean_and_its_scale_scales_gradients(
 	int32_t *tgt = flow_exec_tensor(x, flow_graph_find(&g, "targets"));
 	for (int i = 0; i < B * T; i++)
 		tgt[i] = i % V;
-	assert_true(fabs(flow_exec_forward(x) - log((double)V)) <= 1e-6);
+	assert_true(fabs(graphutil_forward(x) - log((double)V)) <= 1e-6);
 
 	exec_feed(x); /* one target ignored: its loss is 0 */
-	double loss = flow_exec_forward(x);
+	double loss = graphutil_forward(x);
 	const float *losses = flow_exec_tensor(x, g.loss);
 	double sum = 0.0;
 	for (int i = 0; i < B * T; i++)
@@ -434,15 +434,15 @@ static void test_exec_runs_a_forward_only_graph(void **state)
 	exec_feed(ref);
 	exec_feed(cpu);
 	flow_exec_zero_param_grads(cpu); /* nothing to zero */
-	double lr = flow_exec_forward(ref), lc = flow_exec_forward(cpu);
-	flow_exec_backward(cpu); /* no backward ops: nothing happens */
+	double lr = graphutil_forward(ref), lc = graphutil_forward(cpu);
+	graphutil_backward(cpu); /* no backward ops: nothing happens */
 	assert_true(fabs(lc - lr) <= RTOL * lr);
 	/* Same parameters and tokens as the differentiated graph: same loss. */
 	flow_graph_t gd;
 	graphutil_gpt_build(&gd, &gpt_one_block, true);
 	flow_exec_t *d = exec_new(&gd, FLOW_KERNELS_REF);
 	exec_feed(d);
-	assert_true(flow_exec_forward(d) == lr);
+	assert_true(graphutil_forward(d) == lr);
 	flow_exec_free(d);
 	flow_graph_release(&gd);
 	flow_exec_free(ref);

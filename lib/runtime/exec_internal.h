@@ -1,0 +1,106 @@
+/* Private to the executor (lib/runtime/exec.c, the single-graph part, and
+ * lib/runtime/exec_dist.c, the ops of a localized graph that talk to
+ * other ranks): the executor's state and each op ready to run. */
+#ifndef FLOW_EXEC_INTERNAL_H
+#define FLOW_EXEC_INTERNAL_H
+
+#include <flow/boxing.h>
+#include <flow/exec.h>
+
+#include "ops/ops_internal.h"
+
+/* The kernels of one set.  flow/kernels_ref.h mirrors flow/kernels.h
+ * signature for signature, so both sets fill the same table. */
+typedef struct kernel_set {
+	void (*embedding_forward)(float *, const int32_t *, const float *,
+				  const float *, size_t, size_t, size_t);
+	void (*embedding_backward)(float *, float *, const float *,
+				   const int32_t *, size_t, size_t, size_t);
+	void (*layernorm_forward)(float *, float *, float *, const float *,
+				  const float *, const float *, size_t, size_t);
+	void (*layernorm_backward)(float *, float *, float *, const float *,
+				   const float *, const float *, const float *,
+				   const float *, size_t, size_t);
+	void (*matmul_forward)(float *, const float *, const float *,
+			       const float *, size_t, size_t, size_t);
+	void (*matmul_backward)(float *, float *, float *, const float *,
+				const float *, const float *, size_t, size_t,
+				size_t);
+	void (*attention_forward)(float *, float *, const float *, size_t,
+				  size_t, size_t, size_t);
+	size_t (*attention_scratch_bound)(size_t, size_t, size_t, size_t);
+	void (*attention_backward)(float *, void *, const float *,
+				   const float *, const float *, size_t, size_t,
+				   size_t, size_t);
+	void (*gelu_forward)(float *, const float *, size_t);
+	void (*gelu_backward)(float *, const float *, const float *, size_t);
+	void (*residual_forward)(float *, const float *, const float *, size_t);
+	void (*residual_backward)(float *, float *, const float *, size_t);
+	void (*cross_entropy)(float *, float *, const int32_t *, size_t, size_t,
+			      size_t, float);
+} kernel_set_t;
+
+/* Kernel sizes, by the forward op's kind. */
+enum {
+	DIM_B = 0, DIM_T = 1, DIM_C = 2, DIM_NH = 3, /* embedding, attention */
+	DIM_N = 0,                                   /* rows or elements */
+	DIM_IN = 1, DIM_OUT = 2,                     /* matmul (and C) */
+	DIM_V = 1, DIM_VP = 2,                       /* cross-entropy */
+	DIM_ROWS = 3,             /* embedding: rows of (the shard of) wte */
+	DIM_COUNT = 4
+};
+
+/* One op, ready to run. */
+typedef struct exec_op {
+	flow_op_kind_t kind;
+	const flow_op_attrs_t *attrs; /* the graph op's */
+	void *in[FLOW_OP_MAX_IO];  /* NULL: optional input absent */
+	void *out[FLOW_OP_MAX_IO]; /* NULL: gradient not needed */
+	size_t dim[DIM_COUNT];
+	size_t zero_first, nzero;  /* into flow_exec.zeros */
+	double flops;
+} exec_op_t;
+
+/* An activation gradient cleared before the first op accumulating into
+ * it. */
+typedef struct exec_zero {
+	void *ptr;
+	size_t bytes;
+} exec_zero_t;
+
+/* Rows of the profile: one per op kind, then named phases; a phase beyond
+ * the table is counted under "other" in the last row. */
+#define EXEC_PHASES 16
+
+struct flow_exec {
+	const flow_graph_t *g;
+	const kernel_set_t *kernels;
+	flow_memplan_t plan;
+	void *params, *param_grads, *inputs, *arena, *scratch;
+	size_t param_bytes, grad_bytes;
+	void **ptr;          /* per tensor */
+	exec_op_t *ops;
+	exec_zero_t *zeros;
+	float loss_scale;
+	double step_flops;
+	bool profiling;
+	size_t nphases;
+	flow_profile_row_t profile[FLOW_OP_KIND_COUNT + EXEC_PHASES];
+	/* A localized graph's boxing plans and communicators (flow_exec_set_
+	 * dist); the first failure of a collective stops the pass. */
+	const flow_boxing_plan_t *boxings;
+	size_t nboxings;
+	flow_boxing_comms_t *comms;
+	flow_diag_t diag;
+	flow_err_t err;
+	float *dist_scratch; /* split cross-entropy's row statistics */
+	size_t dist_scratch_n;
+};
+
+/* Run op o of a localized graph, one that talks to other ranks or knows
+ * its shard (boxing; embedding and cross-entropy split over a mesh axis):
+ * FLOW_OK, or the error with its message in x->diag. */
+flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o)
+	FLOW_MUST_CHECK;
+
+#endif
