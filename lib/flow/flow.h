@@ -1,7 +1,10 @@
-/* libflow: everything public, for programs that want one include. */
+/* libflow: everything public, for programs that want one include, in the
+ * order of the library's layers (HACKING.md).  flow/kernels_cuda.h is not
+ * here: it needs the CUDA headers. */
 #ifndef FLOW_FLOW_H
 #define FLOW_FLOW_H
 
+/* core */
 #include <flow/common.h>
 #include <flow/error.h>
 #include <flow/log.h>
@@ -10,27 +13,44 @@
 #include <flow/file.h>
 #include <flow/checksum.h>
 #include <flow/compress.h>
-#include <flow/tensor.h>
-#include <flow/rng.h>
+#include <flow/json.h>
 #include <flow/version.h>
+/* tensor */
+#include <flow/tensor.h>
+#include <flow/box.h>
+#include <flow/rng.h>
+/* kernels */
 #include <flow/blas.h>
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
-#include <flow/bench.h>
+/* sbp */
+#include <flow/sbp.h>
+#include <flow/boxing.h>
+/* ops, graph, models */
+#include <flow/graph.h>
+#include <flow/ops.h>
+#include <flow/signature.h>
+#include <flow/model.h>
+/* data, ckpt */
 #include <flow/tokens.h>
 #include <flow/shard.h>
 #include <flow/loader.h>
-#include <flow/graph.h>
-#include <flow/ops.h>
-#include <flow/exec.h>
-#include <flow/model.h>
-#include <flow/optim.h>
 #include <flow/ckpt.h>
-#include <flow/train.h>
-#include <flow/zero.h>
+/* comm */
+#include <flow/world.h>
+#include <flow/launch.h>
+#include <flow/comm.h>
+/* plan */
+#include <flow/plan.h>
 #include <flow/localize.h>
-#include <flow/sbp.h>
-#include <flow/boxing.h>
-#include <flow/signature.h>
+/* runtime */
+#include <flow/boxing_exec.h>
+#include <flow/exec.h>
+#include <flow/optim.h>
+#include <flow/zero.h>
+#include <flow/train.h>
+/* bench */
+#include <flow/bench.h>
+#include <flow/bench_comm.h>
 
 #endif

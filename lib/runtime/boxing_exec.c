@@ -18,6 +18,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include <flow/boxing_exec.h>
 #include <flow/comm.h>
 #include <flow/mem.h>
 

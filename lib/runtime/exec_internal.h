@@ -4,7 +4,7 @@
 #ifndef FLOW_EXEC_INTERNAL_H
 #define FLOW_EXEC_INTERNAL_H
 
-#include <flow/boxing.h>
+#include <flow/boxing_exec.h>
 #include <flow/exec.h>
 
 #include "ops/ops_internal.h"

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <flow/boxing_exec.h>
 #include <flow/checksum.h>
 #include <flow/ckpt.h>
 #include <flow/file.h>

@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <flow/boxing.h>
+#include <flow/boxing_exec.h>
 #include <flow/comm.h>
 #include <flow/mem.h>
 #include <flow/world.h>

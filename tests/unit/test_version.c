@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include <config.h>
-#include <flow/version.h>
+/* The umbrella header, so every public header is compiled together. */
+#include <flow/flow.h>
 
 static void test_version_matches_the_package(void **state)
 {
