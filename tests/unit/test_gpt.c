@@ -35,7 +35,7 @@ static void parse_fails(const char *spec, const char *message)
 			 message);
 }
 
-static void test_presets(void **state)
+static void test_gpt_presets_match_the_published_sizes(void **state)
 {
 	(void)state;
 	static const struct {
@@ -62,7 +62,7 @@ static void test_presets(void **state)
 	}
 }
 
-static void test_spec_and_overrides(void **state)
+static void test_gpt_spec_and_overrides(void **state)
 {
 	(void)state;
 	flow_gpt_config_t c =
@@ -86,7 +86,7 @@ static void test_spec_and_overrides(void **state)
 	assert_memory_equal(&back, &c, sizeof c);
 }
 
-static void test_spec_errors(void **state)
+static void test_gpt_spec_errors(void **state)
 {
 	(void)state;
 	parse_fails("bert", "unknown model 'bert'");
@@ -121,7 +121,7 @@ static void assert_shape(const flow_graph_tensor_t *t, int64_t d0, int64_t d1)
 		assert_int_equal(t->shape.dims[1], d1);
 }
 
-static void test_graph(void **state)
+static void test_gpt_graph(void **state)
 {
 	(void)state;
 	flow_gpt_config_t c = parse_ok("gpt:layers=3,heads=2,dim=16,vocab=100,"
@@ -184,7 +184,7 @@ static void test_graph(void **state)
 	flow_graph_release(&g);
 }
 
-static void test_build_errors(void **state)
+static void test_gpt_build_errors(void **state)
 {
 	(void)state;
 	flow_gpt_config_t c = parse_ok("gpt:layers=1,heads=2,dim=16,vocab=100,"
@@ -198,7 +198,7 @@ static void test_build_errors(void **state)
 	flow_graph_release(&g);
 }
 
-static void test_flops(void **state)
+static void test_gpt_flops(void **state)
 {
 	(void)state;
 	flow_gpt_config_t c = parse_ok("gpt2-124m");
@@ -210,7 +210,7 @@ static void test_flops(void **state)
 
 /* At initialisation the logits are near zero, so the loss is near
  * ln(vocab); the padded columns must take no probability. */
-static void test_initial_loss(void **state)
+static void test_gpt_initial_loss_is_log_vocab(void **state)
 {
 	(void)state;
 	flow_gpt_config_t c = parse_ok("gpt:layers=2,heads=2,dim=32,vocab=200,"
@@ -241,13 +241,13 @@ static void test_initial_loss(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_presets),
-		cmocka_unit_test(test_spec_and_overrides),
-		cmocka_unit_test(test_spec_errors),
-		cmocka_unit_test(test_graph),
-		cmocka_unit_test(test_build_errors),
-		cmocka_unit_test(test_flops),
-		cmocka_unit_test(test_initial_loss),
+		cmocka_unit_test(test_gpt_presets_match_the_published_sizes),
+		cmocka_unit_test(test_gpt_spec_and_overrides),
+		cmocka_unit_test(test_gpt_spec_errors),
+		cmocka_unit_test(test_gpt_graph),
+		cmocka_unit_test(test_gpt_build_errors),
+		cmocka_unit_test(test_gpt_flops),
+		cmocka_unit_test(test_gpt_initial_loss_is_log_vocab),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

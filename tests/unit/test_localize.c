@@ -56,7 +56,7 @@ static int64_t dim(const flow_local_t *l, const char *tensor, int d)
 }
 
 /* tp = 2: Megatron shapes, the vocabulary split, boxing between them. */
-static void test_tensor_parallel_shapes(void **state)
+static void test_localize_tensor_parallel_shapes(void **state)
 {
 	(void)state;
 	flow_plan_t *p = standard("2", "tp", 0);
@@ -108,7 +108,7 @@ static void test_tensor_parallel_shapes(void **state)
 
 /* A data-parallel plan needs no boxing: ops and layouts agree, and the
  * gradients are the caller's to sync. */
-static void test_data_parallel_has_no_boxing(void **state)
+static void test_localize_data_parallel_has_no_boxing(void **state)
 {
 	(void)state;
 	flow_plan_t *p = standard("2", "dp", 0);
@@ -128,7 +128,7 @@ static void test_data_parallel_has_no_boxing(void **state)
 }
 
 /* Attention over split heads is refused with the plan's op line. */
-static void test_refuses_split_attention(void **state)
+static void test_localize_refuses_split_attention(void **state)
 {
 	(void)state;
 	flow_plan_t *p = standard("2", "tp", 0);
@@ -149,7 +149,7 @@ static void test_refuses_split_attention(void **state)
 
 /* A cross-entropy whose logits would need boxing is refused: its
  * gradient is written over them in place. */
-static void test_refuses_boxed_cross_entropy(void **state)
+static void test_localize_refuses_boxed_cross_entropy(void **state)
 {
 	(void)state;
 	flow_plan_t *p = standard("2", "tp", 0);
@@ -171,10 +171,10 @@ static void test_refuses_boxed_cross_entropy(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_tensor_parallel_shapes),
-		cmocka_unit_test(test_data_parallel_has_no_boxing),
-		cmocka_unit_test(test_refuses_split_attention),
-		cmocka_unit_test(test_refuses_boxed_cross_entropy),
+		cmocka_unit_test(test_localize_tensor_parallel_shapes),
+		cmocka_unit_test(test_localize_data_parallel_has_no_boxing),
+		cmocka_unit_test(test_localize_refuses_split_attention),
+		cmocka_unit_test(test_localize_refuses_boxed_cross_entropy),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
