@@ -531,9 +531,10 @@ static flow_err_t trainer_resume(flow_trainer_t *t, flow_diag_t *diag)
 		if (err == FLOW_OK)
 			err = read_param(ck, path, name, &zp->shape, part.box,
 					 part.data, diag);
-		if (zp->param_split) /* only the shard was read */
-			t->zero->params_stale = true;
 	}
+	/* Of split parameters only the shards were read. */
+	if (err == FLOW_OK)
+		flow_zero_params_changed(t->zero);
 	if (err == FLOW_OK)
 		err = flow_loader_seek(t->train, &ls, diag);
 	if (err == FLOW_OK) {

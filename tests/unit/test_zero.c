@@ -1,7 +1,8 @@
 /* ZeRO layouts from plans: which parameters are split at each stage, the
  * shards of every rank tiling each parameter (uneven splits included, a
- * property over random small GPTs and dp sizes), one-rank collectives, and
- * the layouts refused with the plan's line. */
+ * property over random small GPTs and dp sizes), one-rank collectives,
+ * which parameters an overwrite makes stale, and the layouts refused with
+ * the plan's line. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -167,6 +168,26 @@ static void test_zero_one_rank_splits_nothing(void **state)
 	flow_plan_free(p);
 }
 
+/* Overwritten parameters (a resume) make exactly the kept-split ones
+ * (ZeRO 3) stale, so the next forward pass gathers them; the others are
+ * whole on every rank already. */
+static void test_zero_params_changed_marks_kept_split_parameters_stale(void **state)
+{
+	(void)state;
+	for (int stage = 0; stage <= 3; stage++) {
+		flow_plan_t *p = standard(SMALL, "2", 2, stage);
+		flow_graph_t g;
+		build(p, &g);
+		flow_zero_t *z = zero_of(p, &g, 0, 2);
+		assert_false(z->params_stale);
+		flow_zero_params_changed(z);
+		assert_int_equal(z->params_stale, stage == 3);
+		flow_zero_free(z);
+		flow_graph_release(&g);
+		flow_plan_free(p);
+	}
+}
+
 /* A layout the runtime cannot execute is refused, naming the line. */
 static void test_zero_refuses_layouts_naming_the_plan_line(void **state)
 {
@@ -206,6 +227,7 @@ int main(void)
 		cmocka_unit_test(test_zero_uneven_shards_follow_each_other),
 		cmocka_unit_test(test_zero_shards_tile_each_parameter),
 		cmocka_unit_test(test_zero_one_rank_splits_nothing),
+		cmocka_unit_test(test_zero_params_changed_marks_kept_split_parameters_stale),
 		cmocka_unit_test(test_zero_refuses_layouts_naming_the_plan_line),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
