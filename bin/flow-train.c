@@ -1,9 +1,10 @@
 /* flow-train: train a GPT from a flow-shard dataset, on one rank or data
  * parallel over the ranks of a PMIx job (srun, mpirun, --nproc), writing
  * one TSV row per step, checkpoints, and resuming exactly from them.  The
- * work lives in lib/runtime/train.c (the loop), lib/models/gpt.c (the model),
- * lib/graph/graph.c, lib/graph/autograd.c and lib/runtime/exec.c (the step), lib/ckpt/ckpt.c;
- * this file parses, validates, calls and reports. */
+ * work lives in lib/runtime/train.c (the loop) and lib/runtime/train_ckpt.c
+ * (checkpoints and resume), lib/models/gpt.c (the model), lib/graph/graph.c,
+ * lib/graph/autograd.c and lib/runtime/exec.c (the step), lib/ckpt/ (the
+ * checkpoint format); this file parses, validates, calls and reports. */
 #include <config.h>
 
 #include <inttypes.h>
