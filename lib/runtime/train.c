@@ -1,6 +1,7 @@
-/* The training loop of one rank (flow/train.h): building the graph,
- * executor, optimizer and data, then the stream of steps and evaluations.
- * Checkpoints and resume are in lib/runtime/train_ckpt.c. */
+/* The training loop of one rank (flow/train.h): the configuration and
+ * the plan it follows, building the graph, executor, optimizer and data,
+ * then the stream of steps and evaluations.  Checkpoints and resume are
+ * in lib/runtime/train_ckpt.c. */
 #include <config.h>
 
 #include <inttypes.h>
@@ -27,6 +28,43 @@ void flow_train_config_init(flow_train_config_t *cfg)
 		.eval_batches = 8,
 		.kernels = FLOW_KERNELS_CPU,
 	};
+}
+
+/* ---- the plan and the data-parallel group ------------------------------------- */
+
+flow_err_t flow_train_config_set_plan(flow_train_config_t *cfg,
+				      const flow_plan_t *plan,
+				      flow_diag_t *diag)
+{
+	int world = cfg->world ? flow_comm_size(cfg->world) : 1;
+	flow_err_t err = flow_plan_check(plan, world, NULL, NULL, diag);
+	if (err != FLOW_OK)
+		return err;
+	cfg->model = plan->cfg;
+	cfg->batch = plan->batch;
+	cfg->seq_len = plan->seq_len;
+	cfg->grad_accum = plan->grad_accum;
+	cfg->plan = plan;
+	return FLOW_OK;
+}
+
+/* This rank's data-parallel group: the world without a plan; with one,
+ * the ranks that differ from this one only along the plan's dp axis
+ * (this rank alone without that axis). */
+static flow_err_t trainer_join_dp(flow_trainer_t *t, flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	if (!c->plan) {
+		t->dp = c->world;
+		return FLOW_OK;
+	}
+	int dp = flow_mesh_axis(&c->plan->mesh, "dp");
+	if (!c->world || dp < 0)
+		return FLOW_OK;
+	flow_err_t err = flow_comm_mesh_axes(c->world, &c->plan->mesh,
+					     1u << dp, &t->dp_owned, diag);
+	t->dp = t->dp_owned;
+	return err;
 }
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -185,8 +223,8 @@ static void trainer_init_params(flow_trainer_t *t)
 static flow_err_t trainer_split_batch(flow_trainer_t *t, flow_diag_t *diag)
 {
 	const flow_train_config_t *c = &t->cfg;
-	t->dp_rank = c->comm ? flow_comm_rank(c->comm) : 0;
-	t->dp_size = c->comm ? flow_comm_size(c->comm) : 1;
+	t->dp_rank = t->dp ? flow_comm_rank(t->dp) : 0;
+	t->dp_size = t->dp ? flow_comm_size(t->dp) : 1;
 	if (c->batch == 0 || c->grad_accum == 0)
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "batch and grad-accum must be positive");
@@ -217,7 +255,9 @@ flow_err_t flow_trainer_new(const flow_train_config_t *cfg,
 	c->lr.total = c->steps;
 	flow_gpt_format(&c->model, t->spec, sizeof t->spec);
 
-	flow_err_t err = trainer_split_batch(t, diag);
+	flow_err_t err = trainer_join_dp(t, diag);
+	if (err == FLOW_OK)
+		err = trainer_split_batch(t, diag);
 	if (err == FLOW_OK)
 		err = trainer_build(t, diag);
 	if (err == FLOW_OK)
@@ -254,6 +294,7 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_boxing_comms_free(t->comms);
 	flow_local_release(&t->local);
 	flow_graph_release(&t->graph);
+	flow_comm_free(t->dp_owned);
 	free(t->resumed_path);
 	free(t);
 }
@@ -266,6 +307,11 @@ const flow_graph_t *flow_trainer_graph(const flow_trainer_t *t)
 flow_exec_t *flow_trainer_exec(flow_trainer_t *t)
 {
 	return t->exec;
+}
+
+flow_comm_t *flow_trainer_dp_comm(const flow_trainer_t *t)
+{
+	return t->dp;
 }
 
 uint64_t flow_trainer_step(const flow_trainer_t *t)
@@ -304,7 +350,7 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 	if (t->dp_size > 1)
 		fprintf(out, "# data parallel over %d ranks (%s): %" PRIu32
 			     " sequences per rank per micro-batch\n",
-			t->dp_size, flow_comm_transport(c->comm),
+			t->dp_size, flow_comm_transport(t->dp),
 			t->local_batch);
 	if (t->localized) {
 		char mesh[FLOW_MESH_TEXT_MAX];
@@ -406,7 +452,7 @@ static flow_err_t loss_over_ranks(flow_trainer_t *t, double *value,
 			err = sum_over(partial, value, diag);
 	}
 	if (err == FLOW_OK)
-		err = sum_over(t->cfg.comm, value, diag);
+		err = sum_over(t->dp, value, diag);
 	*value /= (double)t->dp_size;
 	return err;
 }
@@ -422,7 +468,7 @@ static flow_err_t clip_grad_norm(flow_trainer_t *t, float *norm_out,
 		return FLOW_OK;
 	}
 	double ss = flow_zero_grad_sum_squares(t->zero, t->exec);
-	flow_err_t err = sum_over(t->localized ? t->cfg.world : t->cfg.comm,
+	flow_err_t err = sum_over(t->localized ? t->cfg.world : t->dp,
 				  &ss, diag);
 	*norm_out = (float)sqrt(ss);
 	flow_adamw_clip_to_norm(t->opt, *norm_out, t->cfg.clip);
@@ -435,7 +481,7 @@ static flow_err_t gather_params(flow_trainer_t *t, flow_diag_t *diag)
 	if (!t->zero->params_stale)
 		return FLOW_OK;
 	double t0 = train_now_seconds();
-	flow_err_t err = flow_zero_before_forward(t->zero, t->cfg.comm,
+	flow_err_t err = flow_zero_before_forward(t->zero, t->dp,
 						  t->exec, diag);
 	flow_exec_profile_add(t->exec, "param-gather",
 			      train_now_seconds() - t0, 0);
@@ -529,7 +575,7 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 	loss /= c->grad_accum;
 	double ts = train_now_seconds();
 	if ((err = loss_over_ranks(t, &loss, diag)) != FLOW_OK ||
-	    (err = flow_zero_sync_grads(t->zero, c->comm, t->exec, diag)))
+	    (err = flow_zero_sync_grads(t->zero, t->dp, t->exec, diag)))
 		return err;
 	if (t->dp_size > 1)
 		flow_exec_profile_add(t->exec, "grad-sync",
@@ -548,7 +594,7 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 	flow_exec_profile_add(t->exec, "optimizer",
 			      train_now_seconds() - to, 0);
 	double tg = train_now_seconds();
-	if ((err = flow_zero_after_update(t->zero, c->comm, t->exec, diag)))
+	if ((err = flow_zero_after_update(t->zero, t->dp, t->exec, diag)))
 		return err;
 	if (t->zero->any_split)
 		flow_exec_profile_add(t->exec, "param-gather",

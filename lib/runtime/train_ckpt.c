@@ -138,7 +138,7 @@ static flow_comm_t *ckpt_writers(const flow_trainer_t *t)
 {
 	if (t->localized)
 		return t->cfg.world;
-	return t->zero->any_split ? t->cfg.comm : NULL;
+	return t->zero->any_split ? t->dp : NULL;
 }
 
 flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,

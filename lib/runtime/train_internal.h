@@ -23,6 +23,10 @@ struct flow_trainer {
 					 * an axis other than dp > 1) */
 	flow_local_t local;             /* its layouts; graph moved out */
 	flow_boxing_comms_t *comms;     /* its mesh's communicators */
+	flow_comm_t *dp;                /* the data-parallel group (NULL:
+					 * this rank alone): cfg.world, or
+					 * dp_owned under a plan */
+	flow_comm_t *dp_owned;          /* the plan's dp group, made here */
 	flow_loader_t *train;
 	flow_loader_t *val;             /* NULL without evaluation */
 	uint64_t data_checksum;         /* the dataset manifest's */
