@@ -1,9 +1,11 @@
 /* flow-train: train a GPT from a flow-shard dataset, on one rank or data
  * parallel over the ranks of a PMIx job (srun, mpirun, --nproc), writing
  * one TSV row per step, checkpoints, and resuming exactly from them.  The
- * work lives in lib/runtime/train.c (the loop), lib/models/gpt.c (the model),
- * lib/graph/graph.c, lib/graph/autograd.c and lib/runtime/exec.c (the step), lib/ckpt/ckpt.c;
- * this file parses, validates, calls and reports. */
+ * work lives in lib/runtime/train.c (the plan and the loop) and
+ * lib/runtime/train_ckpt.c (checkpoints and resume), lib/models/gpt.c (the
+ * model), lib/graph/graph.c, lib/graph/autograd.c and lib/runtime/exec.c
+ * (the step), lib/ckpt/ (the checkpoint format); this file parses,
+ * validates, calls and reports. */
 #include <config.h>
 
 #include <inttypes.h>
@@ -390,29 +392,6 @@ static void write_row(const flow_train_row_t *r)
 	putchar('\n');
 }
 
-/* The plan's settings, once the world is known: checked against the world
- * size and copied into the configuration; the data-parallel group is the
- * plan's dp axis (none without one).  What the runtime cannot execute of
- * a valid plan it refuses when it builds, naming the line. */
-static flow_err_t apply_plan(const flow_plan_t *p, flow_world_t *w,
-			     flow_comm_t *world_comm, flow_train_config_t *c,
-			     flow_comm_t **dp_out, flow_diag_t *diag)
-{
-	int size = flow_world_info(w)->size;
-	flow_err_t err = flow_plan_check(p, size, NULL, NULL, diag);
-	if (err)
-		return err;
-	c->model = p->cfg;
-	c->batch = p->batch;
-	c->seq_len = p->seq_len;
-	c->grad_accum = p->grad_accum;
-	c->plan = p;
-	int dp = flow_mesh_axis(&p->mesh, "dp");
-	if (size == 1 || dp < 0 || p->mesh.dims[dp] == 1)
-		return FLOW_OK;
-	return flow_comm_mesh_axes(world_comm, &p->mesh, 1u << dp, dp_out, diag);
-}
-
 /* Train on this rank; only rank 0 writes the table.  A failure on any rank
  * prints its line here and ends the job through the launcher, so no rank
  * waits for a dead one. */
@@ -422,7 +401,7 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_plan_t *plan = NULL;
 	flow_world_t *w = NULL;
-	flow_comm_t *world_comm = NULL, *dp_comm = NULL;
+	flow_comm_t *world_comm = NULL;
 	flow_trainer_t *t = NULL;
 	int status = 0;
 
@@ -436,10 +415,9 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 	if (flow_world_info(w)->size > 1 &&
 	    flow_comm_world(w, FLOW_COMM_CPU, &world_comm, &diag) != FLOW_OK)
 		goto fail;
-	if (plan && apply_plan(plan, w, world_comm, c, &dp_comm, &diag) != FLOW_OK)
-		goto fail;
-	c->comm = plan ? dp_comm : world_comm;
 	c->world = world_comm;
+	if (plan && flow_train_config_set_plan(c, plan, &diag) != FLOW_OK)
+		goto fail;
 	if (!o->peak_given)
 		c->peak_gflops = measure_peak();
 	if (flow_trainer_new(c, &t, &diag) != FLOW_OK)
@@ -469,7 +447,6 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 		flow_trainer_print_profile(t, stderr);
 	}
 	flow_trainer_free(t);
-	flow_comm_free(dp_comm);
 	flow_comm_free(world_comm);
 	flow_plan_free(plan);
 	if (flow_world_free(w, &diag) != FLOW_OK)
@@ -478,7 +455,6 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 fail:
 	status = flow_tool_fail(tool, &diag);
 	flow_trainer_free(t);
-	flow_comm_free(dp_comm);
 	flow_comm_free(world_comm);
 	flow_plan_free(plan);
 	flow_world_abort(w, status, flow_diag_message(&diag));

@@ -47,23 +47,24 @@ typedef struct flow_train_config {
 	const char *dump_batches; /* file of every batch's tokens, or NULL */
 	const char *dump_grads;  /* checkpoint dir of the first step's
 				  * gradients, or NULL */
-	/* Data parallelism over a CPU communicator (NULL: one rank).  Every
-	 * rank holds the whole model; batch is the global micro-batch, split
-	 * evenly, so each rank reads its slice of the same global batch;
-	 * gradients are summed over the ranks before clipping, so every rank
-	 * takes the same step.  Only communicator rank 0 writes checkpoints
-	 * (the replicas are identical). */
-	flow_comm_t *comm;
-	/* The plan the run follows (NULL: everything replicated on comm).
-	 * Its parameter, gradient and AdamW layouts on dp give each rank
-	 * its ZeRO shards (flow/zero.h); with shards every rank writes its
-	 * own part of each checkpoint and rank 0 commits it. */
-	const flow_plan_t *plan;
-	/* Every rank of the job (NULL: one rank).  A plan with an axis
-	 * other than dp above size 1 (tensor parallelism) runs each rank's
-	 * graph of shards (flow/localize.h) with boxing through it; comm is
-	 * then the plan's dp group (NULL without one). */
+	/* Every rank of the job, a CPU communicator (NULL: one rank);
+	 * borrowed, it must outlive the trainer.  Without a plan the run is
+	 * data parallel over all of it: every rank holds the whole model;
+	 * batch is the global micro-batch, split evenly, so each rank reads
+	 * its slice of the same global batch; gradients are summed over the
+	 * ranks before clipping, so every rank takes the same step.  Only
+	 * rank 0 writes checkpoints (the replicas are identical). */
 	flow_comm_t *world;
+	/* The plan the run follows (NULL: everything replicated on world),
+	 * set with flow_train_config_set_plan; borrowed, it must outlive the
+	 * trainer.  The data-parallel group is then the plan's dp axis,
+	 * which the trainer splits from world.  Its parameter, gradient and
+	 * AdamW layouts on dp give each rank its ZeRO shards (flow/zero.h);
+	 * with shards every rank writes its own part of each checkpoint and
+	 * rank 0 commits it.  A plan with an axis other than dp above size
+	 * 1 (tensor parallelism) runs each rank's graph of shards
+	 * (flow/localize.h) with boxing through world. */
+	const flow_plan_t *plan;
 } flow_train_config_t;
 
 /* Defaults: B 4, T = model seq (set by flow_trainer_new when 0), K 1,
@@ -71,6 +72,20 @@ typedef struct flow_train_config {
  * betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1, seed 1337, eval
  * every 0 with 8 batches, CPU kernels. */
 FLOW_EXPORT void flow_train_config_init(flow_train_config_t *cfg);
+
+/* Follow plan: check it against the world (cfg->world's size, 1 without
+ * one: set cfg->world first) with flow_plan_check, then take the model,
+ * batch, seq_len and grad_accum from it and keep it in cfg->plan.
+ * FLOW_OK; else flow_plan_check's error, FLOW_ERR_FORMAT
+ * "PATH:LINE: ..." naming the plan's line (for a plan of another world
+ * size, its mesh line), or FLOW_ERR_NOMEM, and cfg is unchanged.  plan
+ * is borrowed: it must outlive every trainer made from cfg.  Not
+ * collective.  What the runtime cannot execute of a valid plan
+ * flow_trainer_new refuses. */
+FLOW_EXPORT flow_err_t flow_train_config_set_plan(flow_train_config_t *cfg,
+						  const flow_plan_t *plan,
+						  flow_diag_t *diag)
+	FLOW_MUST_CHECK;
 
 /* One row of flow-train's output. */
 typedef struct flow_train_row {
@@ -87,10 +102,15 @@ typedef struct flow_train_row {
 
 typedef struct flow_trainer flow_trainer_t;
 
-/* Build the graph, allocate, open the data, and initialise from the seed
- * or resume from a checkpoint (whose model and hyperparameters must equal
- * cfg's: FLOW_ERR_USAGE naming the first difference).  Free with
- * flow_trainer_free(). */
+/* Join the data-parallel group (with a plan and a world, a communicator
+ * split from cfg->world over the plan's dp axis: collective over the
+ * world, owned by the trainer), build the graph, allocate, open the data,
+ * and initialise from the seed or resume from a checkpoint (whose model
+ * and hyperparameters must equal cfg's: FLOW_ERR_USAGE naming the first
+ * difference).  FLOW_ERR_NOTSUP naming the plan's line for a layout this
+ * runtime cannot execute; the data's, the checkpoint's and the
+ * communicator's errors otherwise.  *trainer_out is set only on FLOW_OK;
+ * free it with flow_trainer_free(), before cfg->world. */
 FLOW_EXPORT flow_err_t flow_trainer_new(const flow_train_config_t *cfg,
 					flow_trainer_t **trainer_out,
 					flow_diag_t *diag) FLOW_MUST_CHECK;
@@ -99,6 +119,11 @@ FLOW_EXPORT void flow_trainer_free(flow_trainer_t *trainer);
 /* The graph (forward and backward) and its executor; borrowed. */
 FLOW_EXPORT const flow_graph_t *flow_trainer_graph(const flow_trainer_t *t);
 FLOW_EXPORT flow_exec_t *flow_trainer_exec(flow_trainer_t *t);
+/* This rank's data-parallel group, borrowed until flow_trainer_free:
+ * cfg->world without a plan; with one, the ranks that differ from this
+ * one only along the plan's dp axis (of size 1 on a one-rank world).
+ * NULL without a world, or with a plan that has no dp axis. */
+FLOW_EXPORT flow_comm_t *flow_trainer_dp_comm(const flow_trainer_t *t);
 /* The last completed step (the resumed one before any call). */
 FLOW_EXPORT uint64_t flow_trainer_step(const flow_trainer_t *t);
 

@@ -98,6 +98,12 @@ FLOW_EXPORT flow_err_t flow_zero_after_update(flow_zero_t *z,
 					      flow_diag_t *diag)
 	FLOW_MUST_CHECK;
 
+/* The parameters in exec were overwritten in place (read from a
+ * checkpoint, only this rank's shard of a kept-split one): the kept-split
+ * ones are marked stale, so that the next flow_zero_before_forward
+ * gathers them.  Not collective. */
+FLOW_EXPORT void flow_zero_params_changed(flow_zero_t *z);
+
 /* Before a forward pass: stale split parameters are all-gathered. */
 FLOW_EXPORT flow_err_t flow_zero_before_forward(flow_zero_t *z,
 						flow_comm_t *comm,

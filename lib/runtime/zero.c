@@ -250,6 +250,13 @@ flow_err_t flow_zero_after_update(flow_zero_t *z, flow_comm_t *comm,
 	return err;
 }
 
+void flow_zero_params_changed(flow_zero_t *z)
+{
+	for (size_t i = 0; i < z->nparams; i++)
+		if (z->params[i].param_split)
+			z->params_stale = true;
+}
+
 flow_err_t flow_zero_before_forward(flow_zero_t *z, flow_comm_t *comm,
 				    flow_exec_t *exec, flow_diag_t *diag)
 {

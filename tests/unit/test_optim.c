@@ -16,7 +16,7 @@
 #include <flow/model.h>
 #include <flow/optim.h>
 
-static void test_schedule(void **state)
+static void test_optim_schedule_warms_up_then_decays_by_cosine(void **state)
 {
 	(void)state;
 	flow_lr_schedule_t s = { .lr = 1e-3, .min_lr = 1e-4, .warmup = 4,
@@ -100,7 +100,7 @@ static double fill_grads(fixture_t *f, float value)
 	return ss;
 }
 
-static void test_params_listed(void **state)
+static void test_optim_lists_every_parameter_with_its_moments(void **state)
 {
 	fixture_t *f = *state;
 	const int *params;
@@ -119,7 +119,7 @@ static void test_params_listed(void **state)
 
 /* One step equals the AdamW kernel applied tensor by tensor with each
  * tensor's decay flag. */
-static void test_step_matches_kernel(void **state)
+static void test_optim_step_matches_the_adamw_kernel(void **state)
 {
 	fixture_t *f = *state;
 	fill_grads(f, 0.01f);
@@ -149,7 +149,7 @@ static void test_step_matches_kernel(void **state)
 
 /* A zero gradient moves a decayed weight (by lr * wd * w) and leaves an
  * undecayed layernorm weight alone. */
-static void test_decay_mask(void **state)
+static void test_optim_decays_only_the_parameters_marked_for_it(void **state)
 {
 	fixture_t *f = *state;
 	fill_grads(f, 0.0f);
@@ -163,7 +163,7 @@ static void test_decay_mask(void **state)
 	assert_true(((float *)flow_exec_tensor(f->x, ln))[3] == ln0);
 }
 
-static void test_clip(void **state)
+static void test_optim_clip_scales_gradients_to_the_global_norm(void **state)
 {
 	fixture_t *f = *state;
 	double ss = fill_grads(f, 0.5f);
@@ -184,14 +184,14 @@ static void test_clip(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_schedule),
-		cmocka_unit_test_setup_teardown(test_params_listed, setup,
+		cmocka_unit_test(test_optim_schedule_warms_up_then_decays_by_cosine),
+		cmocka_unit_test_setup_teardown(test_optim_lists_every_parameter_with_its_moments, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_step_matches_kernel, setup,
+		cmocka_unit_test_setup_teardown(test_optim_step_matches_the_adamw_kernel, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_decay_mask, setup,
+		cmocka_unit_test_setup_teardown(test_optim_decays_only_the_parameters_marked_for_it, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_clip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_optim_clip_scales_gradients_to_the_global_norm, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* ZeRO layouts from plans: which parameters are split at each stage, the
  * shards of every rank tiling each parameter (uneven splits included, a
- * property over random small GPTs and dp sizes), one-rank collectives, and
- * the layouts refused with the plan's line. */
+ * property over random small GPTs and dp sizes), one-rank collectives,
+ * which parameters an overwrite makes stale, and the layouts refused with
+ * the plan's line. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,7 +51,7 @@ static flow_zero_t *zero_of(const flow_plan_t *p, const flow_graph_t *g,
 }
 
 /* Each stage splits what it says, on every parameter of the model. */
-static void test_stages(void **state)
+static void test_zero_stages_split_what_they_say(void **state)
 {
 	(void)state;
 	for (int stage = 0; stage <= 3; stage++) {
@@ -75,7 +76,7 @@ static void test_stages(void **state)
 
 /* wte is (128, 8) padded: on 3 ranks rows 43, 43, 42; each rank's shard
  * starts where the previous one ends and the counts sum to the whole. */
-static void test_uneven_shards(void **state)
+static void test_zero_uneven_shards_follow_each_other(void **state)
 {
 	(void)state;
 	flow_plan_t *p = standard(SMALL, "3", 3, 3);
@@ -105,7 +106,7 @@ static void test_uneven_shards(void **state)
 
 /* Property: random small GPTs on random dp sizes, every stage: the ranks'
  * shards tile each parameter in rank order. */
-static void test_shards_tile(void **state)
+static void test_zero_shards_tile_each_parameter(void **state)
 {
 	(void)state;
 	srand(7);
@@ -153,7 +154,7 @@ static void test_shards_tile(void **state)
 }
 
 /* On one rank the collectives are identities and nothing is stale. */
-static void test_one_rank(void **state)
+static void test_zero_one_rank_splits_nothing(void **state)
 {
 	(void)state;
 	flow_plan_t *p = standard(SMALL, "1", 2, 3);
@@ -167,8 +168,28 @@ static void test_one_rank(void **state)
 	flow_plan_free(p);
 }
 
+/* Overwritten parameters (a resume) make exactly the kept-split ones
+ * (ZeRO 3) stale, so the next forward pass gathers them; the others are
+ * whole on every rank already. */
+static void test_zero_params_changed_marks_kept_split_parameters_stale(void **state)
+{
+	(void)state;
+	for (int stage = 0; stage <= 3; stage++) {
+		flow_plan_t *p = standard(SMALL, "2", 2, stage);
+		flow_graph_t g;
+		build(p, &g);
+		flow_zero_t *z = zero_of(p, &g, 0, 2);
+		assert_false(z->params_stale);
+		flow_zero_params_changed(z);
+		assert_int_equal(z->params_stale, stage == 3);
+		flow_zero_free(z);
+		flow_graph_release(&g);
+		flow_plan_free(p);
+	}
+}
+
 /* A layout the runtime cannot execute is refused, naming the line. */
-static void test_refused_layouts(void **state)
+static void test_zero_refuses_layouts_naming_the_plan_line(void **state)
 {
 	(void)state;
 	flow_plan_t *p = standard(SMALL, "2", 2, 2);
@@ -202,11 +223,12 @@ static void test_refused_layouts(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_stages),
-		cmocka_unit_test(test_uneven_shards),
-		cmocka_unit_test(test_shards_tile),
-		cmocka_unit_test(test_one_rank),
-		cmocka_unit_test(test_refused_layouts),
+		cmocka_unit_test(test_zero_stages_split_what_they_say),
+		cmocka_unit_test(test_zero_uneven_shards_follow_each_other),
+		cmocka_unit_test(test_zero_shards_tile_each_parameter),
+		cmocka_unit_test(test_zero_one_rank_splits_nothing),
+		cmocka_unit_test(test_zero_params_changed_marks_kept_split_parameters_stale),
+		cmocka_unit_test(test_zero_refuses_layouts_naming_the_plan_line),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

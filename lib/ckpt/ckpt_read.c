@@ -1,0 +1,406 @@
+/* Reading checkpoints: open a step directory through its manifest, look
+ * up its tensors and state, assemble any box of a tensor from the shards
+ * that intersect it (each checked against its XXH3-64), verify every
+ * shard, and find the latest committed step of a checkpoint directory. */
+#include <config.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <flow/checksum.h>
+#include <flow/file.h>
+#include <flow/mem.h>
+
+#include "ckpt/ckpt_internal.h"
+
+/* Chunk size of flow_ckpt_verify's streaming reads. */
+#define VERIFY_CHUNK (1u << 20)
+
+/* ---- opening --------------------------------------------------------------------- */
+
+struct flow_ckpt {
+	char *dir;
+	char *manifest_path;
+	char *text; /* the manifest, cut up: the state lines point into it */
+	uint64_t step;
+	flow_ckpt_kv_t *kv;
+	size_t nkv;
+	ckpt_catalog_t cat;
+};
+
+void flow_ckpt_free(flow_ckpt_t *ckpt)
+{
+	if (!ckpt)
+		return;
+	ckpt_catalog_release(&ckpt->cat);
+	free(ckpt->kv);
+	free(ckpt->text);
+	free(ckpt->manifest_path);
+	free(ckpt->dir);
+	free(ckpt);
+}
+
+flow_err_t flow_ckpt_open(const char *step_dir, flow_ckpt_t **ckpt_out,
+			  flow_diag_t *diag)
+{
+	flow_err_t err;
+	size_t len;
+	ckpt_doc_t doc;
+	memset(&doc, 0, sizeof(doc));
+	if (!ckpt_host_is_little_endian())
+		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
+				     "checkpoints need a little-endian host");
+	flow_ckpt_t *c = calloc(1, sizeof(*c));
+	if (!c)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	if (!(c->dir = strdup(step_dir)) ||
+	    !(c->manifest_path = ckpt_path_join(step_dir, "manifest"))) {
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		goto out_free;
+	}
+	struct stat st;
+	if (stat(step_dir, &st) != 0) {
+		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				      "cannot open checkpoint '%s'", step_dir);
+		goto out_free;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "cannot open checkpoint '%s': not a directory",
+				    step_dir);
+		goto out_free;
+	}
+	if (stat(c->manifest_path, &st) != 0 && errno == ENOENT) {
+		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+				    "%s is not a committed checkpoint (no manifest)",
+				    step_dir);
+		goto out_free;
+	}
+	if ((err = flow_file_read_all(c->manifest_path, &c->text, &len,
+				      diag)) != FLOW_OK)
+		goto out_free;
+	doc.kind = CKPT_DOC_MANIFEST;
+	doc.path = c->manifest_path;
+	doc.dir = step_dir;
+	if ((err = ckpt_doc_parse(&doc, c->text, len, diag)) != FLOW_OK)
+		goto out_release;
+	ckpt_where_t w = { .manifest = c->manifest_path, .dir = step_dir };
+	if ((err = ckpt_check_files(&doc.cat, step_dir, &w, diag)) != FLOW_OK)
+		goto out_release;
+	c->step = doc.step;
+	c->kv = doc.kv;
+	c->nkv = doc.nkv;
+	c->cat = doc.cat;
+	*ckpt_out = c;
+	return FLOW_OK;
+
+out_release:
+	ckpt_doc_release(&doc);
+out_free:
+	flow_ckpt_free(c);
+	return err;
+}
+
+uint64_t flow_ckpt_step(const flow_ckpt_t *ckpt)
+{
+	return ckpt->step;
+}
+
+const char *flow_ckpt_get(const flow_ckpt_t *ckpt, const char *key)
+{
+	for (size_t i = 0; i < ckpt->nkv; i++)
+		if (strcmp(ckpt->kv[i].key, key) == 0)
+			return ckpt->kv[i].value;
+	return NULL;
+}
+
+size_t flow_ckpt_state(const flow_ckpt_t *ckpt, const flow_ckpt_kv_t **kv_out)
+{
+	*kv_out = ckpt->kv;
+	return ckpt->nkv;
+}
+
+size_t flow_ckpt_tensor_count(const flow_ckpt_t *ckpt)
+{
+	return ckpt->cat.ntensors;
+}
+
+const flow_ckpt_tensor_desc_t *flow_ckpt_tensor_at(const flow_ckpt_t *ckpt,
+						   size_t index)
+{
+	if (index >= ckpt->cat.ntensors)
+		return NULL;
+	return &ckpt->cat.tensors[index].desc;
+}
+
+int flow_ckpt_tensor_find(const flow_ckpt_t *ckpt, const char *name)
+{
+	long i = ckpt_catalog_find(&ckpt->cat, name);
+	return i > INT32_MAX ? -1 : (int)i;
+}
+
+/* An open data file, reused while consecutive shards live in it. */
+typedef struct data_file {
+	int fd;
+	uint32_t rank;
+	char *path;
+} data_file_t;
+
+static void data_file_close(data_file_t *f)
+{
+	if (f->fd >= 0)
+		close(f->fd);
+	f->fd = -1;
+	free(f->path);
+	f->path = NULL;
+}
+
+static flow_err_t data_file_open(const flow_ckpt_t *c, data_file_t *f,
+				 uint32_t rank, flow_diag_t *diag)
+{
+	if (f->fd >= 0 && f->rank == rank)
+		return FLOW_OK;
+	data_file_close(f);
+	if (!(f->path = ckpt_rank_path(c->dir, rank, "bin")))
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+	if (f->fd < 0)
+		return flow_diag_errno(diag, FLOW_ERR_IO, errno, "cannot open '%s'",
+				       f->path);
+	f->rank = rank;
+	return FLOW_OK;
+}
+
+/* pread exactly len bytes at offset. */
+static flow_err_t read_at(const data_file_t *f, void *buf, size_t len,
+			  uint64_t offset, const char *tensor,
+			  flow_diag_t *diag)
+{
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = pread(f->fd, (char *)buf + got, len - got,
+				  (off_t)(offset + got));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return flow_diag_errno(diag, FLOW_ERR_IO, errno,
+					       "%s: cannot read tensor '%s' at offset %" PRIu64,
+					       f->path, tensor, offset + got);
+		if (n == 0)
+			return flow_diag_set(diag, FLOW_ERR_IO,
+					     "%s: short read of tensor '%s': the file ends at byte %" PRIu64 ", the shard at %" PRIu64,
+					     f->path, tensor, offset + got,
+					     offset + len);
+		got += (size_t)n;
+	}
+	return FLOW_OK;
+}
+
+static flow_err_t checksum_mismatch(const data_file_t *f, const char *tensor,
+				    const ckpt_shard_t *s, uint64_t computed,
+				    flow_diag_t *diag)
+{
+	char a[17], b[17], box[CKPT_BOX_TEXT_MAX];
+	flow_checksum_format(s->sum, a);
+	flow_checksum_format(computed, b);
+	ckpt_box_format(&s->box, box, sizeof(box));
+	return flow_diag_set(diag, FLOW_ERR_CHECKSUM,
+			     "%s: checksum mismatch in tensor '%s' shard %s at offset %" PRIu64 ": stored %s, computed %s",
+			     f->path, tensor, box, s->offset, a, b);
+}
+
+flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
+			  const flow_box_t *box, void *dst,
+			  flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	if (index >= ckpt->cat.ntensors)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "%s: no tensor %zu (the checkpoint has %zu)",
+				     ckpt->dir, index, ckpt->cat.ntensors);
+	const ckpt_tensor_t *t = &ckpt->cat.tensors[index];
+	const flow_ckpt_tensor_desc_t *desc = &t->desc;
+	flow_box_t want;
+	if ((err = ckpt_caller_box(desc, box, &want, diag)) != FLOW_OK)
+		return err;
+	box = &want;
+	size_t elsize = flow_dtype_size(desc->dtype);
+	if (flow_box_numel(box) == 0)
+		return FLOW_OK;
+	if (!dst)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "tensor '%s': no destination buffer",
+				     desc->name);
+	data_file_t f = { .fd = -1 };
+	void *buf = NULL;
+	size_t cap = 0;
+	for (size_t i = 0; i < t->count; i++) {
+		const ckpt_shard_t *s = &ckpt->cat.shards[t->first + i];
+		flow_box_t cut;
+		if (s->replica || !flow_box_intersect(&s->box, box, &cut))
+			continue;
+		size_t len = (size_t)s->length;
+		if (len > cap) {
+			flow_free(buf);
+			if (!(buf = flow_alloc(len))) {
+				cap = 0;
+				err = flow_diag_set(diag, FLOW_ERR_NOMEM,
+						    "out of memory reading tensor '%s' (%zu bytes)",
+						    desc->name, len);
+				goto out_close;
+			}
+			cap = len;
+		}
+		if ((err = data_file_open(ckpt, &f, s->rank, diag)) != FLOW_OK ||
+		    (err = read_at(&f, buf, len, s->offset, desc->name,
+				   diag)) != FLOW_OK)
+			goto out_close;
+		uint64_t sum = flow_checksum(buf, len);
+		if (sum != s->sum) {
+			err = checksum_mismatch(&f, desc->name, s, sum, diag);
+			goto out_close;
+		}
+		flow_box_copy(dst, box, buf, &s->box, &cut, elsize);
+	}
+out_close:
+	flow_free(buf);
+	data_file_close(&f);
+	return err;
+}
+
+flow_err_t flow_ckpt_verify(const flow_ckpt_t *ckpt, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	data_file_t f = { .fd = -1 };
+	flow_checksum_state_t *sum = flow_checksum_state_new();
+	void *buf = flow_alloc(VERIFY_CHUNK);
+	if (!sum || !buf) {
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		goto out_free;
+	}
+	for (size_t t = 0; t < ckpt->cat.ntensors; t++) {
+		const ckpt_tensor_t *ct = &ckpt->cat.tensors[t];
+		for (size_t i = 0; i < ct->count; i++) {
+			const ckpt_shard_t *s = &ckpt->cat.shards[ct->first + i];
+			if ((err = data_file_open(ckpt, &f, s->rank, diag)) != FLOW_OK)
+				goto out_free;
+			flow_checksum_reset(sum);
+			for (uint64_t at = 0; at < s->length;) {
+				size_t n = s->length - at < VERIFY_CHUNK ?
+					   (size_t)(s->length - at) : VERIFY_CHUNK;
+				if ((err = read_at(&f, buf, n, s->offset + at,
+						   ct->desc.name, diag)) != FLOW_OK)
+					goto out_free;
+				flow_checksum_update(sum, buf, n);
+				at += n;
+			}
+			uint64_t got = flow_checksum_digest(sum);
+			if (got != s->sum) {
+				err = checksum_mismatch(&f, ct->desc.name, s, got,
+							diag);
+				goto out_free;
+			}
+		}
+	}
+out_free:
+	data_file_close(&f);
+	flow_free(buf);
+	flow_checksum_state_free(sum);
+	return err;
+}
+
+/* ---- step directories: their names, the latest committed one ------------------------- */
+
+char *flow_ckpt_step_path(const char *ckpt_dir, uint64_t step)
+{
+	char name[32];
+	snprintf(name, sizeof(name), "step-%08" PRIu64, step);
+	return ckpt_path_join(ckpt_dir, name);
+}
+
+/* "step-" and 8 or more digits: the step number. */
+static bool step_dir_name(const char *name, uint64_t *step_out)
+{
+	if (strncmp(name, "step-", 5) != 0)
+		return false;
+	const char *digits = name + 5;
+	size_t n = strlen(digits);
+	if (n < 8)
+		return false;
+	uint64_t v = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (digits[i] < '0' || digits[i] > '9')
+			return false;
+		if (__builtin_mul_overflow(v, 10, &v) ||
+		    __builtin_add_overflow(v, (uint64_t)(digits[i] - '0'), &v))
+			return false;
+	}
+	*step_out = v;
+	return true;
+}
+
+flow_err_t flow_ckpt_latest(const char *ckpt_dir, char **path_out,
+			    flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	char *best = NULL, *probe = NULL;
+	uint64_t best_step = 0;
+	DIR *d = opendir(ckpt_dir);
+	if (!d)
+		return flow_diag_errno(diag, FLOW_ERR_IO, errno,
+				       "cannot open directory '%s'", ckpt_dir);
+	for (;;) {
+		errno = 0;
+		struct dirent *e = readdir(d);
+		if (!e) {
+			if (errno)
+				err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
+						      "cannot read directory '%s'",
+						      ckpt_dir);
+			break;
+		}
+		uint64_t step;
+		if (!step_dir_name(e->d_name, &step))
+			continue;
+		/* Equal steps spelled with more digits: the shorter name,
+		 * whatever order readdir gives. */
+		if (best && (step < best_step ||
+			     (step == best_step &&
+			      strcmp(e->d_name, strrchr(best, '/') + 1) >= 0)))
+			continue;
+		char *dir = ckpt_path_join(ckpt_dir, e->d_name);
+		free(probe);
+		probe = dir ? ckpt_path_join(dir, "manifest") : NULL;
+		if (!probe) {
+			free(dir);
+			err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+			break;
+		}
+		struct stat st;
+		if (stat(probe, &st) != 0 || !S_ISREG(st.st_mode)) {
+			free(dir);
+			continue;
+		}
+		free(best);
+		best = dir;
+		best_step = step;
+	}
+	closedir(d);
+	free(probe);
+	if (err == FLOW_OK && !best)
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "%s: no committed checkpoint", ckpt_dir);
+	if (err != FLOW_OK) {
+		free(best);
+		return err;
+	}
+	*path_out = best;
+	return FLOW_OK;
+}

@@ -1,0 +1,340 @@
+/* The trainer's checkpoints (flow/train.h): the run state that names a
+ * computation, the part of each parameter and moment this rank writes,
+ * writing and committing a step, and resuming from one.
+ *
+ * What makes resume exact: the data order is a pure function of (data,
+ * seed, position) and the checkpoint records the position; parameters and
+ * AdamW moments are stored bit for bit; the step number fixes the learning
+ * rate and Adam's bias correction; every kernel gives the same bits for the
+ * same inputs.  So a resumed run recomputes exactly what the uninterrupted
+ * one did. */
+#include <config.h>
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flow/ckpt.h>
+#include <flow/parse.h>
+
+#include "runtime/train_internal.h"
+
+#define ADAMW_M_PREFIX "adamw.m/"
+#define ADAMW_V_PREFIX "adamw.v/"
+
+/* ---- the run's identity, as checkpoint state ------------------------------ */
+
+/* Every setting that changes the computation, as (key, text).  Doubles are
+ * printed with 17 digits so that equal text means equal bits.  On resume
+ * the checkpoint's values must equal these. */
+typedef struct run_state {
+	char text[20][64];
+	flow_ckpt_kv_t kv[20];
+	size_t n;
+} run_state_t;
+
+static void run_state_add(run_state_t *s, const char *key, const char *fmt,
+			  ...) FLOW_PRINTF(3, 4);
+
+static void run_state_add(run_state_t *s, const char *key, const char *fmt,
+			  ...)
+{
+	size_t i = s->n++;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(s->text[i], sizeof s->text[i], fmt, ap);
+	va_end(ap);
+	s->kv[i].key = key;
+	s->kv[i].value = s->text[i];
+}
+
+static void run_state_build(const flow_trainer_t *t, run_state_t *s)
+{
+	const flow_train_config_t *c = &t->cfg;
+	s->n = 0;
+	run_state_add(s, "model", "%s", t->spec);
+	run_state_add(s, "data.checksum", "%016" PRIx64, t->data_checksum);
+	run_state_add(s, "batch", "%" PRIu32, c->batch);
+	run_state_add(s, "seq_len", "%" PRIu32, c->seq_len);
+	run_state_add(s, "grad_accum", "%" PRIu32, c->grad_accum);
+	run_state_add(s, "steps", "%" PRIu64, c->steps);
+	run_state_add(s, "seed", "%" PRIu64, c->seed);
+	run_state_add(s, "lr", "%.17g", c->lr.lr);
+	run_state_add(s, "min_lr", "%.17g", c->lr.min_lr);
+	run_state_add(s, "warmup", "%" PRIu64, c->lr.warmup);
+	run_state_add(s, "weight_decay", "%.9g", (double)c->adamw.weight_decay);
+	run_state_add(s, "beta1", "%.9g", (double)c->adamw.beta1);
+	run_state_add(s, "beta2", "%.9g", (double)c->adamw.beta2);
+	run_state_add(s, "eps", "%.9g", (double)c->adamw.eps);
+	run_state_add(s, "clip", "%.9g", (double)c->clip);
+	run_state_add(s, "kernels", "%s",
+		      c->kernels == FLOW_KERNELS_REF ? "ref" : "cpu");
+}
+
+/* ---- this rank's part of each tensor, and writing it ------------------------ */
+
+/* What a rank writes of one tensor (a parameter or a moment) and how
+ * the manifest describes it. */
+typedef struct ckpt_part {
+	bool write;             /* this rank writes it (the owner of a
+				 * replicated box, or its shard's holder) */
+	const flow_box_t *box;  /* of the logical tensor */
+	float *data;            /* the box's elements, row-major */
+	char mesh[FLOW_CKPT_TEXT_MAX], sbp[FLOW_CKPT_TEXT_MAX];
+} ckpt_part_t;
+
+/* The part of parameter zp (state: of its moments) this rank holds:
+ * localized, the layout of the plan; under ZeRO a shard on the dp ranks;
+ * else the whole tensor, written once. */
+static void ckpt_part(const flow_trainer_t *t, const flow_zero_param_t *zp,
+		      bool state, float *base, ckpt_part_t *part)
+{
+	bool split = state ? zp->state_split : zp->param_split;
+	part->box = split ? &zp->box : &zp->param_box;
+	part->data = base + (split && !state ? zp->begin : 0);
+	part->write = split || zp->owner;
+	if (t->localized) {
+		const flow_mesh_t *m = &t->cfg.plan->mesh;
+		size_t n = 0;
+		for (int a = 0; a < m->ndim; a++)
+			n += (size_t)snprintf(part->mesh + n, sizeof part->mesh - n,
+					      "%s%lld", a ? "x" : "",
+					      (long long)m->dims[a]);
+		flow_nd_sbp_format(&t->local.sbp[zp->tensor], part->sbp,
+				   sizeof part->sbp);
+	} else {
+		snprintf(part->mesh, sizeof part->mesh, "%d",
+			 split ? t->dp_size : 1);
+		snprintf(part->sbp, sizeof part->sbp, split ? "(S(0))" : "(B)");
+	}
+}
+
+/* Add this rank's part of parameter zp's tensor named prefix + name. */
+static flow_err_t add_part(flow_trainer_t *t, flow_ckpt_writer_t *w,
+			   const flow_zero_param_t *zp, const char *prefix,
+			   bool state, float *base, flow_diag_t *diag)
+{
+	ckpt_part_t part;
+	ckpt_part(t, zp, state, base, &part);
+	if (!part.write)
+		return FLOW_OK;
+	flow_ckpt_tensor_desc_t d;
+	memset(&d, 0, sizeof d);
+	snprintf(d.name, sizeof d.name, "%s%s", prefix,
+		 t->graph.tensors[zp->tensor].name);
+	d.dtype = FLOW_DTYPE_F32;
+	d.shape = zp->shape;
+	memcpy(d.mesh, part.mesh, sizeof d.mesh);
+	memcpy(d.sbp, part.sbp, sizeof d.sbp);
+	return flow_ckpt_writer_add(w, &d, part.box, part.data, diag);
+}
+
+/* The ranks that write a checkpoint: every rank of the job when the graph
+ * is localized, the dp ranks under ZeRO, else rank 0 alone; NULL and 1
+ * for one writer. */
+static flow_comm_t *ckpt_writers(const flow_trainer_t *t)
+{
+	if (t->localized)
+		return t->cfg.world;
+	return t->zero->any_split ? t->dp : NULL;
+}
+
+flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
+			      bool grads, flow_diag_t *diag)
+{
+	const flow_zero_t *z = t->zero;
+	flow_comm_t *writers = ckpt_writers(t);
+	uint32_t me = writers ? (uint32_t)flow_comm_rank(writers) : 0;
+	flow_ckpt_writer_t *w;
+	flow_err_t err = flow_ckpt_writer_new(step_dir, me, &w, diag);
+	if (err != FLOW_OK)
+		return err;
+	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
+		const flow_zero_param_t *zp = &z->params[i];
+		const flow_graph_tensor_t *pt = &t->graph.tensors[zp->tensor];
+		if (grads) { /* --dump-grads: one rank, nothing split */
+			err = add_part(t, w, zp, "", false,
+				       flow_exec_tensor(t->exec, pt->grad), diag);
+			continue;
+		}
+		err = add_part(t, w, zp, "", false,
+			       flow_exec_tensor(t->exec, zp->tensor), diag);
+		if (err == FLOW_OK)
+			err = add_part(t, w, zp, ADAMW_M_PREFIX, true,
+				       flow_adamw_m(t->opt, zp->tensor), diag);
+		if (err == FLOW_OK)
+			err = add_part(t, w, zp, ADAMW_V_PREFIX, true,
+				       flow_adamw_v(t->opt, zp->tensor), diag);
+	}
+	if (err != FLOW_OK) {
+		flow_ckpt_writer_abort(w);
+		return err;
+	}
+	err = flow_ckpt_writer_finish(w, diag);
+	if (err == FLOW_OK && writers)
+		err = flow_barrier(writers, diag);
+	if (err != FLOW_OK || me != 0)
+		return err;
+
+	run_state_t s;
+	run_state_build(t, &s);
+	char epoch[24], index[24];
+	flow_loader_state_t ls = flow_loader_get_state(t->train);
+	snprintf(epoch, sizeof epoch, "%" PRIu64, ls.epoch);
+	snprintf(index, sizeof index, "%" PRIu64, ls.index);
+	s.kv[s.n++] = (flow_ckpt_kv_t){ "loader.epoch", epoch };
+	s.kv[s.n++] = (flow_ckpt_kv_t){ "loader.index", index };
+	s.kv[s.n++] = (flow_ckpt_kv_t){ "contents",
+					grads ? "gradients" : "training" };
+	return flow_ckpt_commit(step_dir, t->step,
+				writers ? (uint32_t)flow_comm_size(writers) : 1,
+				s.kv, s.n, diag);
+}
+
+flow_err_t trainer_checkpoint(flow_trainer_t *t, flow_diag_t *diag)
+{
+	if (!ckpt_writers(t) && t->dp_rank != 0)
+		return FLOW_OK; /* rank 0 holds the same bits */
+	char *dir = flow_ckpt_step_path(t->cfg.ckpt_dir, t->step);
+	if (!dir)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	double t0 = train_now_seconds();
+	flow_err_t err = trainer_write_ckpt(t, dir, false, diag);
+	flow_exec_profile_add(t->exec, "checkpoint", train_now_seconds() - t0,
+			      0);
+	free(dir);
+	return err;
+}
+
+/* ---- resuming ------------------------------------------------------------------ */
+
+/* Read the box (NULL: all) of the tensor name of this shape into dst. */
+static flow_err_t read_param(const flow_ckpt_t *ck, const char *path,
+			     const char *name, const flow_shape_t *shape,
+			     const flow_box_t *box, float *dst,
+			     flow_diag_t *diag)
+{
+	int i = flow_ckpt_tensor_find(ck, name);
+	if (i < 0)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: checkpoint has no tensor '%s'", path,
+				     name);
+	const flow_ckpt_tensor_desc_t *d = flow_ckpt_tensor_at(ck, (size_t)i);
+	if (d->dtype != FLOW_DTYPE_F32 || !flow_shape_equal(&d->shape, shape)) {
+		char want[64], got[64];
+		flow_shape_format(shape, want, sizeof want);
+		flow_shape_format(&d->shape, got, sizeof got);
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: tensor '%s' is %s %s, expected f32 %s",
+				     path, name, flow_dtype_name(d->dtype), got,
+				     want);
+	}
+	return flow_ckpt_read(ck, (size_t)i, box, dst, diag);
+}
+
+static flow_err_t state_u64(const flow_ckpt_t *ck, const char *path,
+			    const char *key, uint64_t *out, flow_diag_t *diag)
+{
+	const char *v = flow_ckpt_get(ck, key);
+	int64_t x;
+	if (!v || flow_parse_int(v, 0, INT64_MAX, &x, NULL) != FLOW_OK)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: state '%s' is %s", path, key,
+				     v ? "not a count" : "missing");
+	*out = (uint64_t)x;
+	return FLOW_OK;
+}
+
+flow_err_t trainer_resume(flow_trainer_t *t, flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	char *path = NULL;
+	flow_err_t err;
+	if (strcmp(c->resume, "latest") == 0) {
+		if (!c->ckpt_dir)
+			return flow_diag_set(diag, FLOW_ERR_USAGE,
+					     "--resume latest needs "
+					     "--ckpt-dir");
+		err = flow_ckpt_latest(c->ckpt_dir, &path, diag);
+	} else {
+		path = strdup(c->resume);
+		err = path ? FLOW_OK
+			   : flow_diag_set(diag, FLOW_ERR_NOMEM,
+					   "out of memory");
+	}
+	if (err != FLOW_OK)
+		return err;
+	flow_ckpt_t *ck = NULL;
+	err = flow_ckpt_open(path, &ck, diag);
+	if (err != FLOW_OK)
+		goto out_free_path;
+
+	const char *contents = flow_ckpt_get(ck, "contents");
+	if (!contents || strcmp(contents, "training") != 0) {
+		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+				    "%s: not a training checkpoint (contents "
+				    "'%s')",
+				    path, contents ? contents : "missing");
+		goto out_close;
+	}
+	run_state_t s;
+	run_state_build(t, &s);
+	for (size_t i = 0; i < s.n; i++) {
+		const char *have = flow_ckpt_get(ck, s.kv[i].key);
+		if (!have || strcmp(have, s.kv[i].value) != 0) {
+			err = flow_diag_set(diag, FLOW_ERR_USAGE,
+					    "%s: %s is '%s' in the checkpoint "
+					    "but '%s' in this run",
+					    path, s.kv[i].key,
+					    have ? have : "(missing)",
+					    s.kv[i].value);
+			goto out_close;
+		}
+	}
+	flow_loader_state_t ls;
+	if ((err = state_u64(ck, path, "loader.epoch", &ls.epoch, diag)) ||
+	    (err = state_u64(ck, path, "loader.index", &ls.index, diag)))
+		goto out_close;
+
+	/* This rank's parts: any layout the checkpoint was written in will
+	 * do. */
+	const flow_zero_t *z = t->zero;
+	char name[FLOW_CKPT_NAME_MAX];
+	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
+		const flow_zero_param_t *zp = &z->params[i];
+		const char *pname = t->graph.tensors[zp->tensor].name;
+		ckpt_part_t part;
+		ckpt_part(t, zp, false, flow_exec_tensor(t->exec, zp->tensor),
+			  &part);
+		err = read_param(ck, path, pname, &zp->shape, part.box,
+				 part.data, diag);
+		ckpt_part(t, zp, true, flow_adamw_m(t->opt, zp->tensor), &part);
+		snprintf(name, sizeof name, ADAMW_M_PREFIX "%s", pname);
+		if (err == FLOW_OK)
+			err = read_param(ck, path, name, &zp->shape, part.box,
+					 part.data, diag);
+		ckpt_part(t, zp, true, flow_adamw_v(t->opt, zp->tensor), &part);
+		snprintf(name, sizeof name, ADAMW_V_PREFIX "%s", pname);
+		if (err == FLOW_OK)
+			err = read_param(ck, path, name, &zp->shape, part.box,
+					 part.data, diag);
+	}
+	/* Of split parameters only the shards were read. */
+	if (err == FLOW_OK)
+		flow_zero_params_changed(t->zero);
+	if (err == FLOW_OK)
+		err = flow_loader_seek(t->train, &ls, diag);
+	if (err == FLOW_OK) {
+		t->step = flow_ckpt_step(ck);
+		t->resumed_from = t->step;
+		t->resumed_path = path;
+		path = NULL;
+	}
+out_close:
+	flow_ckpt_free(ck);
+out_free_path:
+	free(path);
+	return err;
+}

@@ -1,0 +1,80 @@
+/* Private to the trainer (lib/runtime/train.c, setup and the step loop,
+ * and lib/runtime/train_ckpt.c, checkpoints and resume): the trainer's
+ * state and what the two halves call of each other. */
+#ifndef FLOW_TRAIN_INTERNAL_H
+#define FLOW_TRAIN_INTERNAL_H
+
+#include <time.h>
+
+#include <flow/boxing_exec.h>
+#include <flow/file.h>
+#include <flow/loader.h>
+#include <flow/localize.h>
+#include <flow/train.h>
+#include <flow/zero.h>
+
+struct flow_trainer {
+	flow_train_config_t cfg;
+	flow_graph_t graph;
+	flow_exec_t *exec;
+	flow_adamw_t *opt;
+	flow_zero_t *zero;              /* ZeRO shards on dp (or none) */
+	bool localized;                 /* a graph of shards (the plan has
+					 * an axis other than dp > 1) */
+	flow_local_t local;             /* its layouts; graph moved out */
+	flow_boxing_comms_t *comms;     /* its mesh's communicators */
+	flow_comm_t *dp;                /* the data-parallel group (NULL:
+					 * this rank alone): cfg.world, or
+					 * dp_owned under a plan */
+	flow_comm_t *dp_owned;          /* the plan's dp group, made here */
+	flow_loader_t *train;
+	flow_loader_t *val;             /* NULL without evaluation */
+	uint64_t data_checksum;         /* the dataset manifest's */
+	uint64_t data_vocab;
+	int tokens, targets;            /* input tensors */
+	uint64_t step;                  /* last completed step */
+	uint64_t resumed_from;          /* 0 when started fresh */
+	char *resumed_path;
+	bool eval_pending;              /* evaluate before the next step */
+	bool finished;
+	double flops_per_step;          /* model FLOPs (flow/model.h) */
+	uint64_t steps_timed;
+	flow_atomic_file_t *batches;    /* --dump-batches, committed at end */
+	char spec[FLOW_GPT_SPEC_MAX];
+	int dp_rank, dp_size;           /* 0, 1 without a communicator */
+	uint32_t local_batch;           /* this rank's share of batch */
+};
+
+/* A monotonic clock, seconds: what the profile's phases are timed with. */
+static inline double train_now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- lib/runtime/train_ckpt.c -------------------------------------------- */
+
+/* Write the parameters (grads: their gradients instead, and no moments)
+ * to step_dir and commit it with the run state, each writing rank its
+ * part; rank 0 commits once all have (a barrier).  FLOW_OK or the
+ * checkpoint's error; nothing committed before is damaged. */
+flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
+			      bool grads, flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* The checkpoint of the step just completed, under cfg.ckpt_dir, timed in
+ * the profile as "checkpoint"; ranks that hold no part of it return
+ * FLOW_OK at once. */
+flow_err_t trainer_checkpoint(flow_trainer_t *t,
+			      flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* Continue from cfg.resume (a step directory, or "latest" in cfg.ckpt_dir):
+ * its run state must equal this run's (FLOW_ERR_USAGE naming the first
+ * difference), then this rank's parameters, moments and data position
+ * are read from it and step, resumed_from and resumed_path set.
+ * FLOW_ERR_FORMAT for a checkpoint that is not a training one or lacks a
+ * tensor; the checkpoint's own errors otherwise. */
+flow_err_t trainer_resume(flow_trainer_t *t, flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+
+#endif

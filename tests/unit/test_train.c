@@ -1,0 +1,338 @@
+/* The trainer's own logic that needs no ranks: a plan applied to a
+ * configuration sets its fields, a plan for another world size is refused
+ * naming its line, a one-rank world gets a data-parallel group of one,
+ * and a checkpoint/resume round trip of a tiny model on a tiny dataset
+ * gives the uninterrupted run's rows bit for bit.
+ *
+ * The dataset is built once (group setup) with flow_dataset_build from a
+ * byte-level text, as flow-shard would build it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flow/ckpt.h>
+#include <flow/comm.h>
+#include <flow/plan.h>
+#include <flow/shard.h>
+#include <flow/train.h>
+#include <flow/world.h>
+
+#include "testutil.h"
+
+/* Small enough that a step takes a millisecond. */
+#define MODEL "gpt:layers=1,heads=2,dim=16,vocab=256,seq=16"
+#define MAX_ROWS 16
+
+static char tmpdir[256];
+static char data_dir[512];
+
+static int group_setup(void **state)
+{
+	(void)state;
+	if (testutil_mkdtemp(tmpdir, sizeof tmpdir, "train") != 0)
+		return -1;
+	/* A text with structure to learn, the same on every run. */
+	char text[64 * 200], input[512];
+	size_t len = 0;
+	for (int i = 0; i < 200; i++)
+		len += (size_t)snprintf(text + len, sizeof text - len,
+					"the quick fox jumps over dog %d.\n", i);
+	snprintf(input, sizeof input, "%s/corpus.txt", tmpdir);
+	snprintf(data_dir, sizeof data_dir, "%s/data", tmpdir);
+	if (testutil_write_file(input, text, len) != 0)
+		return -1;
+	flow_dataset_options_t o;
+	memset(&o, 0, sizeof o);
+	o.input.format = FLOW_INPUT_TEXT;
+	o.shard_tokens = 2048;
+	const char *inputs[] = { input };
+	flow_manifest_t m;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	if (flow_dataset_build(data_dir, inputs, 1, &o, &m, &diag) != FLOW_OK) {
+		print_error("building %s: %s\n", data_dir,
+			    flow_diag_message(&diag));
+		return -1;
+	}
+	flow_manifest_release(&m);
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	return testutil_rmtree(tmpdir);
+}
+
+/* A run of MODEL on the dataset, one rank, no MFU. */
+static void config_of(flow_train_config_t *c, uint64_t steps)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_train_config_init(c);
+	if (flow_gpt_parse(MODEL, &c->model, &diag) != FLOW_OK)
+		fail_msg("%s", flow_diag_message(&diag));
+	c->data_dir = data_dir;
+	c->batch = 2;
+	c->seq_len = 16;
+	c->grad_accum = 2;
+	c->steps = steps;
+	c->lr.lr = 3e-3;
+	c->peak_gflops = 0;
+}
+
+static flow_trainer_t *trainer_of(const flow_train_config_t *c)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_trainer_t *t = NULL;
+	if (flow_trainer_new(c, &t, &diag) != FLOW_OK)
+		fail_msg("%s", flow_diag_message(&diag));
+	assert_non_null(t);
+	return t;
+}
+
+/* Every row of t to the end of its run into rows; returns how many. */
+static size_t run_to_end(flow_trainer_t *t, flow_train_row_t *rows)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	size_t n = 0;
+	int rc;
+	while (n < MAX_ROWS && (rc = flow_trainer_next(t, &rows[n], &diag)) > 0)
+		n++;
+	if (n == MAX_ROWS)
+		fail_msg("more than %d rows", MAX_ROWS);
+	if (rc < 0)
+		fail_msg("%s", flow_diag_message(&diag));
+	return n;
+}
+
+/* The same step, loss, learning rate and gradient norm, bit for bit. */
+static void assert_same_row(const flow_train_row_t *a,
+			    const flow_train_row_t *b)
+{
+	assert_int_equal(a->step, b->step);
+	assert_int_equal(a->val, b->val);
+	assert_memory_equal(&a->loss, &b->loss, sizeof a->loss);
+	assert_memory_equal(&a->lr, &b->lr, sizeof a->lr);
+	assert_memory_equal(&a->grad_norm, &b->grad_norm, sizeof a->grad_norm);
+}
+
+/* The standard data-parallel plan of MODEL on mesh, written to
+ * tmpdir/name and read back, so that it names its file and lines as a
+ * plan from flow-plan does. */
+static flow_plan_t *plan_file(const char *name, const char *mesh, uint32_t B,
+			      uint32_t T, uint32_t K)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_plan_t *std = NULL, *p = NULL;
+	char path[512];
+	snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+	if (flow_plan_standard(MODEL, mesh, "dp", B, T, K, 0, &std, &diag))
+		fail_msg("%s", flow_diag_message(&diag));
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	if (flow_plan_write(std, f, &diag) != FLOW_OK)
+		fail_msg("%s", flow_diag_message(&diag));
+	assert_int_equal(fclose(f), 0);
+	flow_plan_free(std);
+	if (flow_plan_read(path, &p, &diag) != FLOW_OK)
+		fail_msg("%s", flow_diag_message(&diag));
+	return p;
+}
+
+/* ---- the plan -------------------------------------------------------------- */
+
+/* The model, batch, sequence length and gradient accumulation come from
+ * the plan; every other setting stays the caller's. */
+static void test_train_config_set_plan_takes_the_plans_settings(void **state)
+{
+	(void)state;
+	flow_plan_t *p = plan_file("one.plan", "1", 6, 8, 3);
+	flow_train_config_t c, before;
+	flow_train_config_init(&c);
+	c.steps = 7;
+	c.seed = 99;
+	before = c;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	assert_int_equal(flow_train_config_set_plan(&c, p, &diag), FLOW_OK);
+	assert_ptr_equal(c.plan, p);
+	assert_int_equal(c.batch, 6);
+	assert_int_equal(c.seq_len, 8);
+	assert_int_equal(c.grad_accum, 3);
+	assert_memory_equal(&c.model, &p->cfg, sizeof c.model);
+	assert_int_equal(c.model.layers, 1);
+	assert_int_equal(c.model.dim, 16);
+	assert_int_equal(c.steps, before.steps);
+	assert_int_equal(c.seed, before.seed);
+	assert_null(c.world);
+	assert_true(c.lr.lr == before.lr.lr);
+	assert_true(c.adamw.beta2 == before.adamw.beta2);
+	flow_plan_free(p);
+}
+
+/* A plan for two ranks on a one-rank world: the plan's mesh line, and
+ * the configuration untouched. */
+static void test_train_config_set_plan_refuses_another_world_size(void **state)
+{
+	(void)state;
+	flow_plan_t *p = plan_file("two.plan", "2", 4, 16, 1);
+	flow_train_config_t c, before;
+	flow_train_config_init(&c);
+	before = c;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	assert_int_equal(flow_train_config_set_plan(&c, p, &diag),
+			 FLOW_ERR_FORMAT);
+	char want[FLOW_DIAG_MAX];
+	snprintf(want, sizeof want,
+		 "%s/two.plan:3: mesh '2:dp' has 2 ranks, not the world size 1",
+		 tmpdir);
+	assert_string_equal(flow_diag_message(&diag), want);
+	assert_null(c.plan);
+	assert_memory_equal(&c.model, &before.model, sizeof c.model);
+	assert_int_equal(c.batch, before.batch);
+	assert_int_equal(c.seq_len, before.seq_len);
+	assert_int_equal(c.grad_accum, before.grad_accum);
+	flow_plan_free(p);
+}
+
+/* On a one-rank world the plan's dp axis is a group of one: this rank. */
+static void test_train_one_rank_world_gets_a_data_parallel_group_of_one(void **state)
+{
+	(void)state;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_world_t *w = NULL;
+	flow_comm_t *world = NULL;
+	if (flow_world_init(&w, 5.0, &diag) != FLOW_OK ||
+	    flow_comm_world(w, FLOW_COMM_CPU, &world, &diag) != FLOW_OK)
+		fail_msg("%s", flow_diag_message(&diag));
+	assert_int_equal(flow_comm_size(world), 1);
+	flow_plan_t *p = plan_file("dp1.plan", "1", 2, 16, 2);
+	flow_train_config_t c;
+	config_of(&c, 1);
+	c.world = world;
+	assert_int_equal(flow_train_config_set_plan(&c, p, &diag), FLOW_OK);
+	flow_trainer_t *t = trainer_of(&c);
+	flow_comm_t *dp = flow_trainer_dp_comm(t);
+	assert_non_null(dp);
+	assert_ptr_not_equal(dp, world);
+	assert_int_equal(flow_comm_size(dp), 1);
+	assert_int_equal(flow_comm_rank(dp), 0);
+	/* And it trains on it. */
+	flow_train_row_t rows[MAX_ROWS];
+	assert_int_equal(run_to_end(t, rows), 1);
+	assert_int_equal(rows[0].step, 1);
+	flow_trainer_free(t);
+	flow_plan_free(p);
+	flow_comm_free(world);
+	assert_int_equal(flow_world_free(w, &diag), FLOW_OK);
+}
+
+/* Without a world there is no group: one rank, no communicator. */
+static void test_train_no_world_has_no_data_parallel_group(void **state)
+{
+	(void)state;
+	flow_train_config_t c;
+	config_of(&c, 0);
+	flow_trainer_t *t = trainer_of(&c);
+	assert_null(flow_trainer_dp_comm(t));
+	flow_trainer_free(t);
+}
+
+/* ---- checkpoints and resume ------------------------------------------------- */
+
+/* Six steps uninterrupted; the same with checkpoints every three steps
+ * (which change nothing); then resumed from step 3: steps 4 to 6 again,
+ * bit for bit. */
+static void test_train_resume_repeats_the_uninterrupted_run(void **state)
+{
+	(void)state;
+	flow_train_row_t full[MAX_ROWS], saved[MAX_ROWS], resumed[MAX_ROWS];
+	char ck[512];
+	snprintf(ck, sizeof ck, "%s/ck", tmpdir);
+
+	flow_train_config_t c;
+	config_of(&c, 6);
+	flow_trainer_t *t = trainer_of(&c);
+	assert_int_equal(run_to_end(t, full), 6);
+	flow_trainer_free(t);
+
+	c.ckpt_dir = ck;
+	c.ckpt_every = 3;
+	t = trainer_of(&c);
+	assert_int_equal(run_to_end(t, saved), 6);
+	flow_trainer_free(t);
+	for (size_t i = 0; i < 6; i++) {
+		assert_same_row(&saved[i], &full[i]);
+		assert_int_equal(saved[i].checkpointed, (i + 1) % 3 == 0);
+	}
+
+	char *step3 = flow_ckpt_step_path(ck, 3);
+	assert_non_null(step3);
+	config_of(&c, 6);
+	c.resume = step3;
+	t = trainer_of(&c);
+	assert_int_equal(flow_trainer_step(t), 3);
+	assert_int_equal(run_to_end(t, resumed), 3);
+	flow_trainer_free(t);
+	for (size_t i = 0; i < 3; i++)
+		assert_same_row(&resumed[i], &full[3 + i]);
+	free(step3);
+
+	/* "latest" is the last checkpoint, after the last step: nothing is
+	 * left to run. */
+	c.resume = "latest";
+	c.ckpt_dir = ck;
+	t = trainer_of(&c);
+	assert_int_equal(flow_trainer_step(t), 6);
+	assert_int_equal(run_to_end(t, resumed), 0);
+	flow_trainer_free(t);
+}
+
+/* A checkpoint of another computation is refused, naming the first
+ * setting that differs. */
+static void test_train_resume_refuses_other_settings(void **state)
+{
+	(void)state;
+	flow_train_row_t rows[MAX_ROWS];
+	char ck[512];
+	snprintf(ck, sizeof ck, "%s/other", tmpdir);
+	flow_train_config_t c;
+	config_of(&c, 2);
+	c.ckpt_dir = ck;
+	flow_trainer_t *t = trainer_of(&c);
+	assert_int_equal(run_to_end(t, rows), 2);
+	flow_trainer_free(t);
+
+	char *step2 = flow_ckpt_step_path(ck, 2);
+	assert_non_null(step2);
+	config_of(&c, 4);
+	c.resume = step2;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	t = NULL;
+	assert_int_equal(flow_trainer_new(&c, &t, &diag), FLOW_ERR_USAGE);
+	assert_null(t);
+	char want[FLOW_DIAG_MAX];
+	snprintf(want, sizeof want,
+		 "%s: steps is '2' in the checkpoint but '4' in this run",
+		 step2);
+	assert_string_equal(flow_diag_message(&diag), want);
+	free(step2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_train_config_set_plan_takes_the_plans_settings),
+		cmocka_unit_test(test_train_config_set_plan_refuses_another_world_size),
+		cmocka_unit_test(test_train_one_rank_world_gets_a_data_parallel_group_of_one),
+		cmocka_unit_test(test_train_no_world_has_no_data_parallel_group),
+		cmocka_unit_test(test_train_resume_repeats_the_uninterrupted_run),
+		cmocka_unit_test(test_train_resume_refuses_other_settings),
+	};
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
