@@ -1,12 +1,13 @@
 /* Private to the op definitions (lib/ops/) and the graph code that drives
- * them (lib/graph/graph.c, lib/graph/autograd.c, lib/graph/memplan.c, lib/runtime/exec.c): what the
+ * them (lib/graph/graph.c and autograd.c, lib/runtime/exec.c): what the
  * graph needs to know about an op beyond the public flow_op_def_t, the
- * checks every shape rule starts with, and the one gradient rule shared by
- * every op whose backward is a single backward op. */
+ * checks every shape rule starts with, the one gradient rule shared by
+ * every op whose backward is a single backward op, and what the SBP
+ * signature rules share.  The graph's own internals are in
+ * lib/graph/graph_internal.h. */
 #ifndef FLOW_OPS_INTERNAL_H
 #define FLOW_OPS_INTERNAL_H
 
-#include <flow/mem.h>
 #include <flow/ops.h>
 #include <flow/signature.h>
 
@@ -237,44 +238,5 @@ flow_err_t flow_sig_adjoint(const flow_sig_query_t *fwd_query,
 			    const flow_op_info_t *fwd_info,
 			    flow_sig_builder_t *b, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
-
-/* ---- graph internals shared by graph.c, autograd.c and memplan.c -------- */
-
-/* Append op as given (kind, name, attrs, forward op, tensor indices of
- * g), for rewrites that build a graph op by op (lib/plan/localize.c): checks
- * the indices and counts only, flow_graph_validate the rest.  Marks each
- * output's producer when it has none.  Returns the index or <0. */
-int flow_graph_append_op(flow_graph_t *g, const flow_graph_op_t *op,
-			 flow_diag_t *diag);
-
-/* Append a tensor with every field set from the arguments (producer,
- * grad, grad_of, alias_of -1; requires_grad false; no init): returns its
- * index or <0 with diag set.  The name must fit and be unique. */
-int flow_graph_push_tensor(flow_graph_t *g, const char *name,
-			   flow_role_t role, flow_dtype_t dtype,
-			   const flow_shape_t *shape, flow_diag_t *diag)
-	FLOW_MUST_CHECK;
-
-/* Make room for `more` tensors and ops without reallocating, so the
- * gradient rules cannot fail half-way for lack of memory. */
-flow_err_t flow_graph_reserve(flow_graph_t *g, size_t more_tensors,
-			      size_t more_ops, flow_diag_t *diag)
-	FLOW_MUST_CHECK;
-
-/* Live ranges of every tensor at once (flow_graph_live_range, one pass):
- * first[t], last[t] for t < g->ntensors. */
-void flow_graph_live_ranges(const flow_graph_t *g, int *first, int *last);
-
-/* Whether flow_graph_backward(_from) has run: backward ops exist or some
- * tensor has its gradient. */
-bool flow_graph_is_differentiated(const flow_graph_t *g);
-
-/* Round bytes up to a multiple of FLOW_ALIGNMENT.  Tensor sizes are checked
- * against FLOW_GRAPH_BYTES_MAX when added, so this cannot overflow. */
-#define FLOW_GRAPH_BYTES_MAX (SIZE_MAX / 2)
-static inline size_t flow_graph_align(size_t bytes)
-{
-	return (bytes + FLOW_ALIGNMENT - 1) & ~(size_t)(FLOW_ALIGNMENT - 1);
-}
 
 #endif

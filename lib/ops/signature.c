@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <flow/mem.h>
+
 #include "ops_internal.h"
 
 static const flow_sig_op_t *const sig_ops[] = {

@@ -7,6 +7,7 @@
 #include <flow/boxing_exec.h>
 #include <flow/exec.h>
 
+#include "graph/graph_internal.h"
 #include "ops/ops_internal.h"
 
 /* The kernels of one set.  flow/kernels_ref.h mirrors flow/kernels.h
