@@ -19,21 +19,11 @@
 
 #include "exec_internal.h"
 
-#define KERNEL_SET(prefix)                                                 \
-	{                                                                  \
-		prefix##embedding_forward, prefix##embedding_backward,     \
-		prefix##layernorm_forward, prefix##layernorm_backward,     \
-		prefix##matmul_forward, prefix##matmul_backward,           \
-		prefix##attention_forward,                                 \
-		prefix##attention_scratch_bound,                           \
-		prefix##attention_backward, prefix##gelu_forward,          \
-		prefix##gelu_backward, prefix##residual_forward,           \
-		prefix##residual_backward,                                 \
-		prefix##cross_entropy_forward_backward,                    \
-	}
-
-static const kernel_set_t cpu_kernels = KERNEL_SET(flow_cpu_);
-static const kernel_set_t ref_kernels = KERNEL_SET(flow_ref_);
+/* The table of each kernel set flow_exec_new can name. */
+static const flow_kernels_t *const exec_kernel_sets[] = {
+	[FLOW_KERNELS_CPU] = &flow_cpu_kernels,
+	[FLOW_KERNELS_REF] = &flow_ref_kernels,
+};
 
 /* ---- setup ------------------------------------------------------------------ */
 
@@ -261,7 +251,8 @@ flow_err_t flow_exec_new(const flow_graph_t *g, flow_kernel_set_t kernels,
 	flow_exec_t *x;
 	flow_err_t err;
 
-	if (kernels != FLOW_KERNELS_CPU && kernels != FLOW_KERNELS_REF)
+	if ((unsigned)kernels >= sizeof(exec_kernel_sets) /
+					 sizeof(exec_kernel_sets[0]))
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "unknown kernel set %d", (int)kernels);
 	if ((err = flow_graph_validate(g, diag)) != FLOW_OK)
@@ -271,7 +262,7 @@ flow_err_t flow_exec_new(const flow_graph_t *g, flow_kernel_set_t kernels,
 		return flow_diag_set(diag, FLOW_ERR_NOMEM,
 				     "out of memory for the executor");
 	x->g = g;
-	x->kernels = kernels == FLOW_KERNELS_REF ? &ref_kernels : &cpu_kernels;
+	x->kernels = exec_kernel_sets[kernels];
 	x->loss_scale = default_loss_scale(g);
 	for (int k = 0; k < FLOW_OP_KIND_COUNT; k++)
 		snprintf(x->profile[k].name, sizeof(x->profile[k].name), "%s",
@@ -419,7 +410,7 @@ void flow_exec_zero_param_grads(flow_exec_t *x)
 
 static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o)
 {
-	const kernel_set_t *k = x->kernels;
+	const flow_kernels_t *k = x->kernels;
 	const size_t *d = o->dim;
 	void *const *in = o->in, *const *out = o->out;
 
@@ -471,8 +462,9 @@ static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o)
 		k->residual_backward(out[0], out[1], in[0], d[DIM_N]);
 		break;
 	case FLOW_OP_CROSS_ENTROPY: /* losses, and dlogits over the logits */
-		k->cross_entropy(out[0], in[0], in[1], d[DIM_N], d[DIM_V],
-				 d[DIM_VP], x->loss_scale);
+		k->cross_entropy_forward_backward(out[0], in[0], in[1],
+						  d[DIM_N], d[DIM_V], d[DIM_VP],
+						  x->loss_scale);
 		break;
 	default: /* boxing, handled above; signature-only kinds do not pass
 		  * flow_graph_validate */
