@@ -46,6 +46,9 @@ typedef struct exec_zero {
 struct flow_exec {
 	const flow_graph_t *g;
 	const flow_kernels_t *kernels;
+	const flow_exec_storage_t *storage; /* of the tensor buffers: params,
+					     * param_grads, inputs, arena,
+					     * scratch, dist_scratch */
 	flow_memplan_t plan;
 	void *params, *param_grads, *inputs, *arena, *scratch;
 	size_t param_bytes, grad_bytes;

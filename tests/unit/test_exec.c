@@ -3,7 +3,7 @@
  * small GPT-like graph; activation gradients are cleared before each backward
  * pass while parameter gradients accumulate; the loss and its scale;
  * parameter initialisation (Philox by logical index, padded rows zero);
- * storage; the profile. */
+ * storage, the executor's and the host storage's; the profile. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -489,6 +489,35 @@ static void test_exec_init_depends_on_names_and_seed_only(void **state)
 
 /* ---- storage ----------------------------------------------------------------------- */
 
+/* The host storage: zeroed, 64-byte aligned blocks (a valid, unique one for
+ * 0 bytes), a range cleared exactly, NULL freed as nothing. */
+static void test_exec_host_storage_gives_zeroed_aligned_blocks(void **state)
+{
+	const flow_exec_storage_t *st = &flow_exec_storage_host;
+	unsigned char *p, *e0, *e1;
+
+	(void)state;
+	assert_string_equal(st->name, "host");
+	p = st->alloc(100);
+	assert_non_null(p);
+	assert_int_equal((uintptr_t)p % 64, 0);
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(p[i], 0);
+	memset(p, 0xab, 100);
+	st->zero(p + 8, 16);
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(p[i], i >= 8 && i < 24 ? 0 : 0xab);
+	e0 = st->alloc(0);
+	e1 = st->alloc(0);
+	assert_non_null(e0);
+	assert_non_null(e1);
+	assert_ptr_not_equal(e0, e1);
+	st->free(e1);
+	st->free(e0);
+	st->free(p);
+	st->free(NULL);
+}
+
 static void test_exec_storage_is_aligned_and_grads_mirror_params(void **state)
 {
 	flow_graph_t g;
@@ -679,6 +708,7 @@ int main(void)
 		cmocka_unit_test(test_exec_init_depends_on_names_and_seed_only),
 		cmocka_unit_test(
 			test_exec_storage_is_aligned_and_grads_mirror_params),
+		cmocka_unit_test(test_exec_host_storage_gives_zeroed_aligned_blocks),
 		cmocka_unit_test(test_exec_runs_a_forward_only_graph),
 		cmocka_unit_test(test_exec_new_rejects_bad_graphs_and_kernel_sets),
 		cmocka_unit_test(test_exec_profile_counts_every_op_kind),
