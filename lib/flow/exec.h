@@ -2,9 +2,11 @@
  *
  * It owns the storage of every tensor: parameters and their gradients (one
  * block each, tensors in graph order, each on a 64-byte boundary), inputs,
- * and one arena for the transient tensors laid out by the memory plan.  It
- * maps each op kind to a kernel of the chosen kernel set and keeps, when
- * asked, a per-op-kind profile.
+ * and one arena for the transient tensors laid out by the memory plan, all
+ * taken from the storage that goes with the chosen kernel set
+ * (flow_exec_storage_t).  It maps each op kind to a kernel of that set's
+ * table (flow/kernels.h, flow_kernels_t) and keeps, when asked, a
+ * per-op-kind profile.
  *
  * A step is: write the inputs (flow_exec_tensor), flow_exec_forward,
  * flow_exec_backward, once per micro-batch; the caller (the trainer) zeroes
@@ -29,6 +31,31 @@ typedef enum {
 } flow_kernel_set_t;
 
 typedef struct flow_exec flow_exec_t;
+
+/* Where an executor keeps its tensors.  Every buffer it owns that kernels
+ * read or write (parameters, their gradients, inputs, the arena, kernel
+ * scratch) is allocated, cleared and freed through one of these, chosen
+ * with the kernel set, so a device whose memory the host cannot address
+ * (CUDA, next) plugs in here and in flow/kernels.h without touching the
+ * graph walk.  Until then the host also reads and writes those buffers
+ * directly (flow_exec_tensor's callers, parameter initialisation, the mean
+ * loss); a device storage comes with the copies that replace this.  The
+ * functions are called on the thread that calls the executor. */
+typedef struct flow_exec_storage {
+	const char *name; /* "host" */
+	/* bytes of zeroed memory aligned to 64 bytes (0 bytes gives a valid,
+	 * unique pointer), or NULL when out of memory.  Released with this
+	 * storage's free. */
+	void *(*alloc)(size_t bytes);
+	/* Give back memory from alloc; NULL is ignored. */
+	void (*free)(void *ptr);
+	/* Set the bytes [ptr, ptr + bytes) of one allocation to zero. */
+	void (*zero)(void *ptr, size_t bytes);
+} flow_exec_storage_t;
+
+/* Host memory: flow_calloc, flow_free (flow/mem.h) and memset.  The
+ * storage of both kernel sets. */
+FLOW_EXPORT extern const flow_exec_storage_t flow_exec_storage_host;
 
 /* Plan memory for g (which must be valid and differentiated, or forward
  * only) and allocate every buffer; parameters are zero until

@@ -100,7 +100,8 @@ typedef struct flow_op_attrs {
 	uint32_t boxing;   /* boxing: its plan in the executor's table */
 } flow_op_attrs_t;
 
-/* The op kinds (flow/ops.h defines each). */
+/* The op kinds: the graph ops (flow/ops.h defines each), then the
+ * signature-only ops. */
 typedef enum {
 	FLOW_OP_EMBEDDING = 0,     /* (tokens i32[B,T], wte[Vp,C], wpe[Tmax,C])
 				    * -> out[B,T,C] */
@@ -124,9 +125,23 @@ typedef enum {
 	FLOW_OP_BOXING = 13,       /* (x) -> out: the same logical tensor in
 				    * another layout (flow/localize.h);
 				    * in either pass, no gradient rule */
+	/* Signature-only ops (flow/signature.h): plans can reason about
+	 * models written with them, but no graph holds one.  They come after
+	 * every graph kind, so [0, FLOW_OP_KIND_COUNT) stays the graph's. */
+	FLOW_OP_LAYERNORM_PARAM_GRAD = 14,
+	FLOW_OP_RESHAPE = 15,
+	FLOW_OP_TRANSPOSE = 16,
+	FLOW_OP_REDUCE_SUM = 17,
+	FLOW_OP_REDUCE_MEAN = 18,
+	FLOW_OP_BIAS_ADD = 19,
+	FLOW_OP_BROADCAST_ADD = 20,
 } flow_op_kind_t;
 
+/* The kinds a graph may hold, [0, FLOW_OP_KIND_COUNT): the only ones
+ * flow_op_def, flow_op_kind_parse, the validator and the executor know. */
 #define FLOW_OP_KIND_COUNT 14
+/* Every kind, the signature-only ones included. */
+#define FLOW_OP_ALL_KIND_COUNT 21
 
 typedef struct flow_graph_op {
 	flow_op_kind_t kind;

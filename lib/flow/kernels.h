@@ -1,23 +1,32 @@
-/* CPU kernels, forward and backward, for the GPT op set.
+/* Kernels, forward and backward, for the GPT op set: the contract of every
+ * kernel, written once as a function type (flow_<kernel>_fn), the table of
+ * them that a kernel set fills (flow_kernels_t), and the CPU set.  The
+ * reference set, which checks this one, is in flow/kernels_ref.h; its
+ * functions have the same types, so no signature is written twice.
  *
- * Conventions shared by every kernel here:
- * - fp32, contiguous, row-major; pointers must not alias unless a kernel says
- *   so; sizes are element counts.
+ * Conventions shared by every kernel of every set:
+ * - fp32, contiguous, row-major; pointers must not alias unless a kernel
+ *   says so; sizes are element counts.
  * - Forward kernels overwrite their outputs.
  * - Backward kernels ACCUMULATE (+=) into every gradient they write, so a
- *   tensor consumed twice (the residual stream) or a parameter used by several
- *   micro-batches simply sums its gradients; callers zero gradients first.
- *   Any gradient pointer documented as optional may be NULL to skip it.
- * - Kernels run on the calling thread's OpenMP team and BLAS.  Every result
- *   is bit-for-bit identical whatever the number of OpenMP threads:
- *   reductions use a fixed partition of the work, never one that depends on
- *   the thread count.  The GEMMs inside matmul are the BLAS's, so their bits
- *   also depend on the BLAS's own thread count and kernel choice (OpenBLAS
- *   0.3.21 is not invariant in its thread count for every shape or core
- *   type); keep the BLAS configuration fixed for reproducible runs.
+ *   tensor consumed twice (the residual stream) or a parameter used by
+ *   several micro-batches simply sums its gradients; callers zero gradients
+ *   first.  Any gradient pointer documented as optional may be NULL to skip
+ *   it.
  * - Kernels cannot fail given valid arguments; they do not check them.
  *
- * lib/kernels/cuda/ mirrors this file signature for signature (kernels_cuda.h).
+ * The CPU set (flow_cpu_*) runs on the calling thread's OpenMP team and
+ * BLAS.  Every result is bit-for-bit identical whatever the number of
+ * OpenMP threads: reductions use a fixed partition of the work, never one
+ * that depends on the thread count.  The GEMMs inside matmul are the
+ * BLAS's, so their bits also depend on the BLAS's own thread count and
+ * kernel choice (OpenBLAS 0.3.21 is not invariant in its thread count for
+ * every shape or core type); keep the BLAS configuration fixed for
+ * reproducible runs.
+ *
+ * lib/kernels/cuda/ mirrors the CPU set signature for signature
+ * (kernels_cuda.h); how a CUDA set fills the table is said at
+ * flow_kernels_t.
  */
 #ifndef FLOW_KERNELS_H
 #define FLOW_KERNELS_H
@@ -29,95 +38,92 @@ extern "C" {
 #endif
 
 /* ---- matmul: out[n,o] = inp[n,i] . weight[o,i]^T + bias[o] ------------- */
-/* weight is (out_dim, in_dim) as in PyTorch nn.Linear; bias may be NULL.
- * Computed with cblas_sgemm. */
-FLOW_EXPORT void flow_cpu_matmul_forward(float *out, const float *inp,
-					 const float *weight, const float *bias,
-					 size_t n, size_t in_dim, size_t out_dim);
+/* weight is (out_dim, in_dim) as in PyTorch nn.Linear; bias may be NULL. */
+typedef void flow_matmul_forward_fn(float *out, const float *inp,
+				    const float *weight, const float *bias,
+				    size_t n, size_t in_dim, size_t out_dim);
 /* dinp[n,i] += dout . weight; dweight[o,i] += dout^T . inp;
  * dbias[o] += sum_n dout.  dinp, dweight, dbias are each optional. */
-FLOW_EXPORT void flow_cpu_matmul_backward(float *dinp, float *dweight,
-					  float *dbias, const float *dout,
-					  const float *inp, const float *weight,
-					  size_t n, size_t in_dim,
-					  size_t out_dim);
+typedef void flow_matmul_backward_fn(float *dinp, float *dweight,
+				     float *dbias, const float *dout,
+				     const float *inp, const float *weight,
+				     size_t n, size_t in_dim, size_t out_dim);
 
 /* ---- token + position embedding ---------------------------------------- */
 /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; tokens are in [0, vocab). */
-FLOW_EXPORT void flow_cpu_embedding_forward(float *out, const int32_t *tokens,
-					    const float *wte, const float *wpe,
-					    size_t B, size_t T, size_t C);
+typedef void flow_embedding_forward_fn(float *out, const int32_t *tokens,
+				       const float *wte, const float *wpe,
+				       size_t B, size_t T, size_t C);
 /* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:].
  * dwte and dwpe are each optional. */
-FLOW_EXPORT void flow_cpu_embedding_backward(float *dwte, float *dwpe,
-					     const float *dout,
-					     const int32_t *tokens, size_t B,
-					     size_t T, size_t C);
+typedef void flow_embedding_backward_fn(float *dwte, float *dwpe,
+					const float *dout,
+					const int32_t *tokens, size_t B,
+					size_t T, size_t C);
 
 /* ---- layernorm over the last dimension, eps = FLOW_LAYERNORM_EPS -------- */
 #define FLOW_LAYERNORM_EPS 1e-5f
 /* out[n,c] = (inp - mean) * rstd * weight[c] + bias[c]; mean and rstd are
  * (n) and are saved for the backward pass. */
-FLOW_EXPORT void flow_cpu_layernorm_forward(float *out, float *mean,
-					    float *rstd, const float *inp,
-					    const float *weight,
-					    const float *bias, size_t n,
-					    size_t C);
-/* dinp, dweight, dbias are each optional. */
-FLOW_EXPORT void flow_cpu_layernorm_backward(float *dinp, float *dweight,
-					     float *dbias, const float *dout,
-					     const float *inp,
-					     const float *weight,
-					     const float *mean,
-					     const float *rstd, size_t n,
-					     size_t C);
+typedef void flow_layernorm_forward_fn(float *out, float *mean, float *rstd,
+				       const float *inp, const float *weight,
+				       const float *bias, size_t n, size_t C);
+/* The gradients of the forward pass, from its saved mean and rstd.  dinp,
+ * dweight, dbias are each optional. */
+typedef void flow_layernorm_backward_fn(float *dinp, float *dweight,
+					float *dbias, const float *dout,
+					const float *inp, const float *weight,
+					const float *mean, const float *rstd,
+					size_t n, size_t C);
 
 /* ---- GELU, tanh approximation (PyTorch approximate='tanh') -------------- */
-FLOW_EXPORT void flow_cpu_gelu_forward(float *out, const float *inp, size_t n);
-FLOW_EXPORT void flow_cpu_gelu_backward(float *dinp, const float *inp,
-					const float *dout, size_t n);
+/* out = gelu(inp), n elements. */
+typedef void flow_gelu_forward_fn(float *out, const float *inp, size_t n);
+/* dinp += gelu'(inp) * dout. */
+typedef void flow_gelu_backward_fn(float *dinp, const float *inp,
+				   const float *dout, size_t n);
 
 /* ---- causal multi-head self-attention ----------------------------------- */
-/* qkv is (B,T,3C): q, k, v concatenated on the last dimension, each split into
- * NH heads of C/NH channels.  out is (B,T,C).  att is (B,NH,T,T) and receives
- * the softmax probabilities (zero above the diagonal), kept for backward.
- * Scale 1/sqrt(C/NH). */
-FLOW_EXPORT void flow_cpu_attention_forward(float *out, float *att,
-					    const float *qkv, size_t B,
-					    size_t T, size_t C, size_t NH);
-/* Bytes of scratch the backward pass needs for these sizes (the gradient of
- * att, B*NH*T*T floats; contents need not be initialised and are garbage
- * afterwards). */
-FLOW_EXPORT size_t flow_cpu_attention_scratch_bound(size_t B, size_t T,
-						    size_t C, size_t NH);
-/* dqkv (B,T,3C) += gradient of out w.r.t. qkv.  scratch holds at least
- * flow_cpu_attention_scratch_bound() bytes, 64-byte aligned. */
-FLOW_EXPORT void flow_cpu_attention_backward(float *dqkv, void *scratch,
-					     const float *dout,
-					     const float *qkv,
-					     const float *att, size_t B,
-					     size_t T, size_t C, size_t NH);
+/* qkv is (B,T,3C): q, k, v concatenated on the last dimension, each split
+ * into NH heads of C/NH channels.  out is (B,T,C).  att is (B,NH,T,T) and
+ * receives the softmax probabilities (zero above the diagonal), kept for
+ * backward.  Scale 1/sqrt(C/NH). */
+typedef void flow_attention_forward_fn(float *out, float *att,
+				       const float *qkv, size_t B, size_t T,
+				       size_t C, size_t NH);
+/* Bytes of scratch the same set's attention backward pass needs for these
+ * sizes (each set says what it keeps there); contents need not be
+ * initialised and are garbage afterwards. */
+typedef size_t flow_attention_scratch_bound_fn(size_t B, size_t T, size_t C,
+					       size_t NH);
+/* dqkv (B,T,3C) += gradient of out w.r.t. qkv.  scratch holds at least the
+ * set's attention_scratch_bound() bytes, 64-byte aligned. */
+typedef void flow_attention_backward_fn(float *dqkv, void *scratch,
+					const float *dout, const float *qkv,
+					const float *att, size_t B, size_t T,
+					size_t C, size_t NH);
 
 /* ---- residual add -------------------------------------------------------- */
-FLOW_EXPORT void flow_cpu_residual_forward(float *out, const float *a,
-					   const float *b, size_t n);
+/* out = a + b, n elements. */
+typedef void flow_residual_forward_fn(float *out, const float *a,
+				      const float *b, size_t n);
 /* da += dout; db += dout.  da and db are each optional. */
-FLOW_EXPORT void flow_cpu_residual_backward(float *da, float *db,
-					    const float *dout, size_t n);
+typedef void flow_residual_backward_fn(float *da, float *db,
+				       const float *dout, size_t n);
 
 /* ---- fused softmax cross-entropy ----------------------------------------- */
-/* logits is (n, Vp) of which the first V columns are real and the rest padding
- * (masked out: they take no probability).  For each row with targets[r] in
- * [0, V): losses[r] = -log softmax(logits[r,:V])[targets[r]], and logits[r,:]
- * is overwritten IN PLACE with the gradient of dloss * losses[r]:
- * dloss * (softmax - onehot) on the first V columns, 0 on the padding.
- * A row whose target is negative is ignored: loss 0, gradient 0. */
-FLOW_EXPORT void flow_cpu_cross_entropy_forward_backward(float *losses,
-							 float *logits,
-							 const int32_t *targets,
-							 size_t n, size_t V,
-							 size_t Vp,
-							 float dloss);
+/* logits is (n, Vp) of which the first V columns are real and the rest
+ * padding (masked out: they take no probability).  For each row with
+ * targets[r] in [0, V): losses[r] = -log softmax(logits[r,:V])[targets[r]],
+ * and logits[r,:] is overwritten IN PLACE with the gradient of
+ * dloss * losses[r]: dloss * (softmax - onehot) on the first V columns, 0 on
+ * the padding.  A row whose target is negative is ignored: loss 0,
+ * gradient 0. */
+typedef void flow_cross_entropy_forward_backward_fn(float *losses,
+						    float *logits,
+						    const int32_t *targets,
+						    size_t n, size_t V,
+						    size_t Vp, float dloss);
 
 /* ---- AdamW (decoupled weight decay), as torch.optim.AdamW --------------- */
 typedef struct flow_adamw_params {
@@ -131,25 +137,99 @@ typedef struct flow_adamw_params {
 /* One update of n parameters at step t (1-based): param *= 1 - lr*wd (when
  * decay), m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g^2,
  * param -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
-FLOW_EXPORT void flow_cpu_adamw_update(float *param, const float *grad,
-				       float *m, float *v, size_t n,
-				       const flow_adamw_params_t *hp,
-				       uint64_t t, bool decay);
+typedef void flow_adamw_update_fn(float *param, const float *grad, float *m,
+				  float *v, size_t n,
+				  const flow_adamw_params_t *hp, uint64_t t,
+				  bool decay);
 
 /* ---- global gradient-norm clipping --------------------------------------- */
-/* Sum of squares of n floats, accumulated in double in a fixed order. */
-FLOW_EXPORT double flow_cpu_sum_squares(const float *x, size_t n);
+/* Sum of squares of n floats, accumulated in double in an order that
+ * depends on n only. */
+typedef double flow_sum_squares_fn(const float *x, size_t n);
 /* x *= s. */
-FLOW_EXPORT void flow_cpu_scale(float *x, size_t n, float s);
+typedef void flow_scale_fn(float *x, size_t n, float s);
 /* The global L2 norm of ntensors gradients (grads[i] has counts[i] floats);
  * when it exceeds max_norm (> 0) every gradient is scaled by
  * max_norm / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_.  Returns the
  * norm before clipping.  max_norm <= 0 only measures. */
-FLOW_EXPORT float flow_cpu_clip_grad_norm(float *const *grads,
-					  const size_t *counts,
-					  size_t ntensors, float max_norm);
-/* Its second half, for a norm summed over ranks: clipping to max_norm
- * given the global norm. */
+typedef float flow_clip_grad_norm_fn(float *const *grads, const size_t *counts,
+				     size_t ntensors, float max_norm);
+
+/* ---- kernel sets ------------------------------------------------------------ */
+
+/* One kernel set: a function of each kernel type above, picked once by the
+ * caller (the executor maps flow_exec_new's flow_kernel_set_t to one) and
+ * called through the table, so no caller names a set's functions.  Every
+ * kernel member is set.  The tables are constant and live for the
+ * program, so any number of threads may read them.
+ *
+ * Devices.  A set's kernels take pointers into its device's memory, which
+ * the executor allocates through the storage that goes with the set
+ * (flow/exec.h, flow_exec_storage_t): host memory for the CPU and
+ * reference sets.  A CUDA set fills the same members with functions of
+ * the same types, so the executor's dispatch stays as it is:
+ * lib/kernels/cuda/ wraps each flow_cuda_<kernel>(args..., diag, stream)
+ * of flow/kernels_cuda.h in a function of the type here that enqueues on
+ * the stream bound to the calling thread and keeps the first failure
+ * beside it (per-thread state, as the CUDA kernels already keep their
+ * current device and cuBLAS handles), and the table gains one member,
+ * last, that waits for that stream and returns the kept failure with its
+ * diag, for the executor to call once per pass.  Host kernels run to
+ * completion and cannot fail, so the host sets will leave it NULL. */
+typedef struct flow_kernels {
+	const char *name; /* "cpu", "ref" */
+	flow_matmul_forward_fn *matmul_forward;
+	flow_matmul_backward_fn *matmul_backward;
+	flow_embedding_forward_fn *embedding_forward;
+	flow_embedding_backward_fn *embedding_backward;
+	flow_layernorm_forward_fn *layernorm_forward;
+	flow_layernorm_backward_fn *layernorm_backward;
+	flow_gelu_forward_fn *gelu_forward;
+	flow_gelu_backward_fn *gelu_backward;
+	flow_attention_forward_fn *attention_forward;
+	flow_attention_scratch_bound_fn *attention_scratch_bound;
+	flow_attention_backward_fn *attention_backward;
+	flow_residual_forward_fn *residual_forward;
+	flow_residual_backward_fn *residual_backward;
+	flow_cross_entropy_forward_backward_fn *cross_entropy_forward_backward;
+	flow_adamw_update_fn *adamw_update;
+	flow_sum_squares_fn *sum_squares;
+	flow_scale_fn *scale;
+	flow_clip_grad_norm_fn *clip_grad_norm;
+} flow_kernels_t;
+
+/* ---- the CPU set ------------------------------------------------------------ */
+
+/* The table of the flow_cpu_* functions below, named "cpu". */
+FLOW_EXPORT extern const flow_kernels_t flow_cpu_kernels;
+
+/* Every GEMM through cblas_sgemm. */
+FLOW_EXPORT flow_matmul_forward_fn flow_cpu_matmul_forward;
+FLOW_EXPORT flow_matmul_backward_fn flow_cpu_matmul_backward;
+FLOW_EXPORT flow_embedding_forward_fn flow_cpu_embedding_forward;
+FLOW_EXPORT flow_embedding_backward_fn flow_cpu_embedding_backward;
+FLOW_EXPORT flow_layernorm_forward_fn flow_cpu_layernorm_forward;
+FLOW_EXPORT flow_layernorm_backward_fn flow_cpu_layernorm_backward;
+FLOW_EXPORT flow_gelu_forward_fn flow_cpu_gelu_forward;
+FLOW_EXPORT flow_gelu_backward_fn flow_cpu_gelu_backward;
+FLOW_EXPORT flow_attention_forward_fn flow_cpu_attention_forward;
+/* The gradient of att: B*NH*T*T floats. */
+FLOW_EXPORT flow_attention_scratch_bound_fn flow_cpu_attention_scratch_bound;
+FLOW_EXPORT flow_attention_backward_fn flow_cpu_attention_backward;
+FLOW_EXPORT flow_residual_forward_fn flow_cpu_residual_forward;
+FLOW_EXPORT flow_residual_backward_fn flow_cpu_residual_backward;
+FLOW_EXPORT flow_cross_entropy_forward_backward_fn
+	flow_cpu_cross_entropy_forward_backward;
+FLOW_EXPORT flow_adamw_update_fn flow_cpu_adamw_update;
+/* Partial sums over fixed chunks, added in chunk order. */
+FLOW_EXPORT flow_sum_squares_fn flow_cpu_sum_squares;
+FLOW_EXPORT flow_scale_fn flow_cpu_scale;
+/* flow_cpu_sum_squares over every gradient, then flow_cpu_clip_to_norm. */
+FLOW_EXPORT flow_clip_grad_norm_fn flow_cpu_clip_grad_norm;
+
+/* The second half of flow_cpu_clip_grad_norm, for a norm summed over
+ * ranks: clipping to max_norm given the global norm.  A CPU helper of the
+ * trainer, not a kernel of the table (the reference set has no twin). */
 FLOW_EXPORT void flow_cpu_clip_to_norm(float *const *grads,
 				       const size_t *counts, size_t ntensors,
 				       float norm, float max_norm);

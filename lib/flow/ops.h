@@ -75,9 +75,11 @@ typedef struct flow_op_def {
 	size_t (*scratch)(const flow_graph_t *g, const flow_graph_op_t *op);
 } flow_op_def_t;
 
-/* The definition of kind; NULL for an unknown kind. */
+/* The definition of kind; NULL for an unknown kind and for a
+ * signature-only kind (flow/graph.h), which has no definition here. */
 FLOW_EXPORT const flow_op_def_t *flow_op_def(flow_op_kind_t kind);
-/* "matmul" -> FLOW_OP_MATMUL; FLOW_ERR_USAGE for an unknown name. */
+/* "matmul" -> FLOW_OP_MATMUL; FLOW_ERR_USAGE for an unknown name,
+ * signature-only ops' ("reshape") included. */
 FLOW_EXPORT flow_err_t flow_op_kind_parse(const char *name,
 					  flow_op_kind_t *kind_out,
 					  flow_diag_t *diag) FLOW_MUST_CHECK;

@@ -10,8 +10,11 @@
  *
  * The rules live with their op, in lib/ops/<op>.c; ops outside the
  * training graph's fused op set (reshape, transpose, reductions, bias add,
- * broadcasting add) have signature-only definitions there too, so plans
- * can reason about models written with them.
+ * broadcasting add, layernorm's parameter gradients) have signature-only
+ * definitions there too, so plans can reason about models written with
+ * them.  Each op is found by its name in the one op registry, where the
+ * signature-only ops have kinds of their own after the graph ops'
+ * (flow/graph.h, flow_op_kind_t).
  *
  * The ops and their attributes (shapes in query.in / query.out):
  *   embedding        in (tokens, wte, wpe) out (out)

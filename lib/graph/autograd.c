@@ -8,6 +8,7 @@
 
 #include <flow/graph.h>
 
+#include "graph_internal.h"
 #include "ops/ops_internal.h"
 
 flow_err_t flow_graph_grad_for(flow_graph_t *g, int t, int *grad_out,

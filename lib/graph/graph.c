@@ -9,6 +9,7 @@
 
 #include <flow/graph.h>
 
+#include "graph_internal.h"
 #include "ops/ops_internal.h"
 
 const char *flow_role_name(flow_role_t role)

@@ -8,8 +8,9 @@
 #include <string.h>
 
 #include <flow/graph.h>
+#include <flow/ops.h>
 
-#include "ops/ops_internal.h"
+#include "graph_internal.h"
 
 /* Params and inputs live through the whole step; any other tensor from
  * the first op that writes it. */

@@ -39,38 +39,6 @@ static double add_backward_flops(const flow_graph_t *g,
 	return n * ((op->out[0] >= 0) + (op->out[1] >= 0));
 }
 
-const flow_op_info_t flow_op_add_info = {
-	.def = {
-		.kind = FLOW_OP_ADD,
-		.name = "add",
-		.nin = 2,
-		.nout = 1,
-		.in_names = { "a", "b" },
-		.out_names = { "out" },
-		.backward_kind = FLOW_OP_ADD_BACKWARD,
-		.infer = add_infer,
-		.backward = flow_op_backward_rule,
-		.flops = add_flops,
-		.scratch = flow_op_no_scratch,
-	},
-};
-
-const flow_op_info_t flow_op_add_backward_info = {
-	.def = {
-		.kind = FLOW_OP_ADD_BACKWARD,
-		.name = "add_backward",
-		.nin = 1,
-		.nout = 2,
-		.in_names = { "dout" },
-		.out_names = { "da", "db" },
-		.accumulates = 3,
-		.backward_kind = FLOW_OP_ADD_BACKWARD,
-		.infer = flow_op_backward_infer,
-		.flops = add_backward_flops,
-		.scratch = flow_op_no_scratch,
-	},
-};
-
 /* ---- SBP signatures ---------------------------------------------------------
  *
  * Per mesh axis, elementwise on equal shapes:
@@ -99,8 +67,7 @@ static flow_err_t add_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_add = {
-	.name = "add",
+static const flow_sig_op_t add_sig = {
 	.nin = 2,
 	.nin_min = 2,
 	.nout = 1,
@@ -124,12 +91,10 @@ static flow_err_t add_backward_sig_rule(const flow_sig_query_t *q,
 	f.in[B] = q->out[1];
 	f.in_present[A] = f.in_present[B] = true;
 	f.out[0] = q->in[0];
-	return flow_sig_adjoint(&f, &flow_sig_op_add, &flow_op_add_info, b,
-				diag);
+	return flow_sig_adjoint(&f, &flow_op_add_info, b, diag);
 }
 
-const flow_sig_op_t flow_sig_op_add_backward = {
-	.name = "add_backward",
+static const flow_sig_op_t add_backward_sig = {
 	.nin = 1,
 	.nin_min = 1,
 	.nout = 2,
@@ -137,4 +102,40 @@ const flow_sig_op_t flow_sig_op_add_backward = {
 	.in_names = { "dout" },
 	.out_names = { "da", "db" },
 	.rule = add_backward_sig_rule,
+};
+
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_add_info = {
+	.def = {
+		.kind = FLOW_OP_ADD,
+		.name = "add",
+		.nin = 2,
+		.nout = 1,
+		.in_names = { "a", "b" },
+		.out_names = { "out" },
+		.backward_kind = FLOW_OP_ADD_BACKWARD,
+		.infer = add_infer,
+		.backward = flow_op_backward_rule,
+		.flops = add_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &add_sig,
+};
+
+const flow_op_info_t flow_op_add_backward_info = {
+	.def = {
+		.kind = FLOW_OP_ADD_BACKWARD,
+		.name = "add_backward",
+		.nin = 1,
+		.nout = 2,
+		.in_names = { "dout" },
+		.out_names = { "da", "db" },
+		.accumulates = 3,
+		.backward_kind = FLOW_OP_ADD_BACKWARD,
+		.infer = flow_op_backward_infer,
+		.flops = add_backward_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &add_backward_sig,
 };

@@ -75,41 +75,6 @@ static size_t attention_backward_scratch(const flow_graph_t *g,
 						f->attrs.heads);
 }
 
-const flow_op_info_t flow_op_attention_info = {
-	.def = {
-		.kind = FLOW_OP_ATTENTION,
-		.name = "attention",
-		.nin = 1,
-		.nout = 2,
-		.in_names = { "qkv" },
-		.out_names = { "out", "probs" },
-		.backward_kind = FLOW_OP_ATTENTION_BACKWARD,
-		.infer = attention_infer,
-		.backward = flow_op_backward_rule,
-		.flops = attention_flops,
-		.scratch = flow_op_no_scratch,
-	},
-	.saved_out = 1u << PROBS,
-	.nsaved = 2,
-	.saved = { FLOW_OP_FWD_IN(0), FLOW_OP_FWD_OUT(PROBS) },
-};
-
-const flow_op_info_t flow_op_attention_backward_info = {
-	.def = {
-		.kind = FLOW_OP_ATTENTION_BACKWARD,
-		.name = "attention_backward",
-		.nin = 3,
-		.nout = 1,
-		.in_names = { "dout", "qkv", "probs" },
-		.out_names = { "dqkv" },
-		.accumulates = 1,
-		.backward_kind = FLOW_OP_ATTENTION_BACKWARD,
-		.infer = flow_op_backward_infer,
-		.flops = attention_backward_flops,
-		.scratch = attention_backward_scratch,
-	},
-};
-
 /* ---- SBP signatures ---------------------------------------------------------
  *
  * Per mesh axis:
@@ -187,8 +152,7 @@ static flow_err_t attention_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_attention = {
-	.name = "attention",
+static const flow_sig_op_t attention_sig = {
 	.nin = 1,
 	.nin_min = 1,
 	.nout = 2,
@@ -212,12 +176,10 @@ static flow_err_t attention_backward_sig_rule(const flow_sig_query_t *q,
 	f.in_present[0] = true;
 	f.out[OUT] = q->in[0];
 	f.out[PROBS] = q->in[2];
-	return flow_sig_adjoint(&f, &flow_sig_op_attention,
-				&flow_op_attention_info, b, diag);
+	return flow_sig_adjoint(&f, &flow_op_attention_info, b, diag);
 }
 
-const flow_sig_op_t flow_sig_op_attention_backward = {
-	.name = "attention_backward",
+static const flow_sig_op_t attention_backward_sig = {
 	.nin = 3,
 	.nin_min = 3,
 	.nout = 1,
@@ -225,4 +187,43 @@ const flow_sig_op_t flow_sig_op_attention_backward = {
 	.in_names = { "dout", "qkv", "probs" },
 	.out_names = { "dqkv" },
 	.rule = attention_backward_sig_rule,
+};
+
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_attention_info = {
+	.def = {
+		.kind = FLOW_OP_ATTENTION,
+		.name = "attention",
+		.nin = 1,
+		.nout = 2,
+		.in_names = { "qkv" },
+		.out_names = { "out", "probs" },
+		.backward_kind = FLOW_OP_ATTENTION_BACKWARD,
+		.infer = attention_infer,
+		.backward = flow_op_backward_rule,
+		.flops = attention_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &attention_sig,
+	.saved_out = 1u << PROBS,
+	.nsaved = 2,
+	.saved = { FLOW_OP_FWD_IN(0), FLOW_OP_FWD_OUT(PROBS) },
+};
+
+const flow_op_info_t flow_op_attention_backward_info = {
+	.def = {
+		.kind = FLOW_OP_ATTENTION_BACKWARD,
+		.name = "attention_backward",
+		.nin = 3,
+		.nout = 1,
+		.in_names = { "dout", "qkv", "probs" },
+		.out_names = { "dqkv" },
+		.accumulates = 1,
+		.backward_kind = FLOW_OP_ATTENTION_BACKWARD,
+		.infer = flow_op_backward_infer,
+		.flops = attention_backward_flops,
+		.scratch = attention_backward_scratch,
+	},
+	.sig = &attention_backward_sig,
 };

@@ -54,8 +54,7 @@ static flow_err_t bias_add_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_bias_add = {
-	.name = "bias_add",
+static const flow_sig_op_t bias_add_sig = {
 	.nin = 2,
 	.nin_min = 2,
 	.nout = 1,
@@ -63,4 +62,11 @@ const flow_sig_op_t flow_sig_op_bias_add = {
 	.in_names = { "x", "bias" },
 	.out_names = { "out" },
 	.rule = bias_add_sig_rule,
+};
+
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_bias_add_info = {
+	.def = { .kind = FLOW_OP_BIAS_ADD, .name = "bias_add" },
+	.sig = &bias_add_sig,
 };

@@ -72,8 +72,7 @@ static flow_err_t broadcast_add_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_broadcast_add = {
-	.name = "broadcast_add",
+static const flow_sig_op_t broadcast_add_sig = {
 	.nin = 2,
 	.nin_min = 2,
 	.nout = 1,
@@ -81,4 +80,11 @@ const flow_sig_op_t flow_sig_op_broadcast_add = {
 	.in_names = { "a", "b" },
 	.out_names = { "out" },
 	.rule = broadcast_add_sig_rule,
+};
+
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_broadcast_add_info = {
+	.def = { .kind = FLOW_OP_BROADCAST_ADD, .name = "broadcast_add" },
+	.sig = &broadcast_add_sig,
 };

@@ -79,24 +79,6 @@ static double cross_entropy_flops(const flow_graph_t *g,
 	return 5.0 * (double)flow_shape_rows(x) * (double)real;
 }
 
-const flow_op_info_t flow_op_cross_entropy_info = {
-	.def = {
-		.kind = FLOW_OP_CROSS_ENTROPY,
-		.name = "cross_entropy",
-		.nin = 2,
-		.nout = 2,
-		.in_names = { "logits", "targets" },
-		.out_names = { "losses", "dlogits" },
-		.backward_kind = FLOW_OP_CROSS_ENTROPY,
-		.infer = cross_entropy_infer,
-		.backward = cross_entropy_backward,
-		.flops = cross_entropy_flops,
-		.scratch = flow_op_no_scratch,
-	},
-	.i32_in = 1u << TARGETS,
-	.inplace_grad_out = 1u << DLOGITS,
-};
-
 /* ---- SBP signatures ---------------------------------------------------------
  *
  * Per mesh axis, one loss per row of logits[...,Vp]:
@@ -175,8 +157,7 @@ static flow_err_t cross_entropy_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_cross_entropy = {
-	.name = "cross_entropy",
+static const flow_sig_op_t cross_entropy_sig = {
 	.nin = 2,
 	.nin_min = 2,
 	.nout = 2,
@@ -184,4 +165,25 @@ const flow_sig_op_t flow_sig_op_cross_entropy = {
 	.in_names = { "logits", "targets" },
 	.out_names = { "losses", "dlogits" },
 	.rule = cross_entropy_sig_rule,
+};
+
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_cross_entropy_info = {
+	.def = {
+		.kind = FLOW_OP_CROSS_ENTROPY,
+		.name = "cross_entropy",
+		.nin = 2,
+		.nout = 2,
+		.in_names = { "logits", "targets" },
+		.out_names = { "losses", "dlogits" },
+		.backward_kind = FLOW_OP_CROSS_ENTROPY,
+		.infer = cross_entropy_infer,
+		.backward = cross_entropy_backward,
+		.flops = cross_entropy_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &cross_entropy_sig,
+	.i32_in = 1u << TARGETS,
+	.inplace_grad_out = 1u << DLOGITS,
 };

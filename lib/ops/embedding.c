@@ -53,42 +53,6 @@ static double embedding_backward_flops(const flow_graph_t *g,
 	return n * ((op->out[0] >= 0) + (op->out[1] >= 0));
 }
 
-const flow_op_info_t flow_op_embedding_info = {
-	.def = {
-		.kind = FLOW_OP_EMBEDDING,
-		.name = "embedding",
-		.nin = 3,
-		.nout = 1,
-		.in_names = { "tokens", "wte", "wpe" },
-		.out_names = { "out" },
-		.backward_kind = FLOW_OP_EMBEDDING_BACKWARD,
-		.infer = embedding_infer,
-		.backward = flow_op_backward_rule,
-		.flops = embedding_flops,
-		.scratch = flow_op_no_scratch,
-	},
-	.i32_in = 1u << TOKENS,
-	.grad_in_first = WTE,
-	.nsaved = 1,
-	.saved = { FLOW_OP_FWD_IN(TOKENS) },
-};
-
-const flow_op_info_t flow_op_embedding_backward_info = {
-	.def = {
-		.kind = FLOW_OP_EMBEDDING_BACKWARD,
-		.name = "embedding_backward",
-		.nin = 2,
-		.nout = 2,
-		.in_names = { "dout", "tokens" },
-		.out_names = { "dwte", "dwpe" },
-		.accumulates = 3,
-		.backward_kind = FLOW_OP_EMBEDDING_BACKWARD,
-		.infer = flow_op_backward_infer,
-		.flops = embedding_backward_flops,
-		.scratch = flow_op_no_scratch,
-	},
-};
-
 /* ---- SBP signatures ---------------------------------------------------------
  *
  * Per mesh axis, out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]:
@@ -150,8 +114,7 @@ static flow_err_t embedding_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_embedding = {
-	.name = "embedding",
+static const flow_sig_op_t embedding_sig = {
 	.nin = 3,
 	.nin_min = 3,
 	.nout = 1,
@@ -178,12 +141,10 @@ static flow_err_t embedding_backward_sig_rule(const flow_sig_query_t *q,
 	f.in[WPE] = q->out[1];
 	f.in_present[TOKENS] = f.in_present[WTE] = f.in_present[WPE] = true;
 	f.out[EMB_OUT] = q->in[0];
-	return flow_sig_adjoint(&f, &flow_sig_op_embedding,
-				&flow_op_embedding_info, b, diag);
+	return flow_sig_adjoint(&f, &flow_op_embedding_info, b, diag);
 }
 
-const flow_sig_op_t flow_sig_op_embedding_backward = {
-	.name = "embedding_backward",
+static const flow_sig_op_t embedding_backward_sig = {
 	.nin = 2,
 	.nin_min = 2,
 	.nout = 2,
@@ -191,4 +152,44 @@ const flow_sig_op_t flow_sig_op_embedding_backward = {
 	.in_names = { "dout", "tokens" },
 	.out_names = { "dwte", "dwpe" },
 	.rule = embedding_backward_sig_rule,
+};
+
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_embedding_info = {
+	.def = {
+		.kind = FLOW_OP_EMBEDDING,
+		.name = "embedding",
+		.nin = 3,
+		.nout = 1,
+		.in_names = { "tokens", "wte", "wpe" },
+		.out_names = { "out" },
+		.backward_kind = FLOW_OP_EMBEDDING_BACKWARD,
+		.infer = embedding_infer,
+		.backward = flow_op_backward_rule,
+		.flops = embedding_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &embedding_sig,
+	.i32_in = 1u << TOKENS,
+	.grad_in_first = WTE,
+	.nsaved = 1,
+	.saved = { FLOW_OP_FWD_IN(TOKENS) },
+};
+
+const flow_op_info_t flow_op_embedding_backward_info = {
+	.def = {
+		.kind = FLOW_OP_EMBEDDING_BACKWARD,
+		.name = "embedding_backward",
+		.nin = 2,
+		.nout = 2,
+		.in_names = { "dout", "tokens" },
+		.out_names = { "dwte", "dwpe" },
+		.accumulates = 3,
+		.backward_kind = FLOW_OP_EMBEDDING_BACKWARD,
+		.infer = flow_op_backward_infer,
+		.flops = embedding_backward_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &embedding_backward_sig,
 };

@@ -31,40 +31,6 @@ static double gelu_backward_flops(const flow_graph_t *g,
 	return 16.0 * flow_shape_elems(flow_op_in_shape(g, op, 0));
 }
 
-const flow_op_info_t flow_op_gelu_info = {
-	.def = {
-		.kind = FLOW_OP_GELU,
-		.name = "gelu",
-		.nin = 1,
-		.nout = 1,
-		.in_names = { "x" },
-		.out_names = { "out" },
-		.backward_kind = FLOW_OP_GELU_BACKWARD,
-		.infer = gelu_infer,
-		.backward = flow_op_backward_rule,
-		.flops = gelu_flops,
-		.scratch = flow_op_no_scratch,
-	},
-	.nsaved = 1,
-	.saved = { FLOW_OP_FWD_IN(0) },
-};
-
-const flow_op_info_t flow_op_gelu_backward_info = {
-	.def = {
-		.kind = FLOW_OP_GELU_BACKWARD,
-		.name = "gelu_backward",
-		.nin = 2,
-		.nout = 1,
-		.in_names = { "dout", "x" },
-		.out_names = { "dx" },
-		.accumulates = 1,
-		.backward_kind = FLOW_OP_GELU_BACKWARD,
-		.infer = flow_op_backward_infer,
-		.flops = gelu_backward_flops,
-		.scratch = flow_op_no_scratch,
-	},
-};
-
 /* ---- SBP signatures ---------------------------------------------------------
  *
  * Per mesh axis, elementwise: split  x S(k) -> out S(k), any axis k.  No
@@ -86,8 +52,7 @@ static flow_err_t gelu_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_gelu = {
-	.name = "gelu",
+static const flow_sig_op_t gelu_sig = {
 	.nin = 1,
 	.nin_min = 1,
 	.nout = 1,
@@ -110,12 +75,10 @@ static flow_err_t gelu_backward_sig_rule(const flow_sig_query_t *q,
 	f.in[0] = q->in[1];
 	f.in_present[0] = true;
 	f.out[0] = q->in[0];
-	return flow_sig_adjoint(&f, &flow_sig_op_gelu, &flow_op_gelu_info, b,
-				diag);
+	return flow_sig_adjoint(&f, &flow_op_gelu_info, b, diag);
 }
 
-const flow_sig_op_t flow_sig_op_gelu_backward = {
-	.name = "gelu_backward",
+static const flow_sig_op_t gelu_backward_sig = {
 	.nin = 2,
 	.nin_min = 2,
 	.nout = 1,
@@ -123,4 +86,42 @@ const flow_sig_op_t flow_sig_op_gelu_backward = {
 	.in_names = { "dout", "x" },
 	.out_names = { "dx" },
 	.rule = gelu_backward_sig_rule,
+};
+
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_gelu_info = {
+	.def = {
+		.kind = FLOW_OP_GELU,
+		.name = "gelu",
+		.nin = 1,
+		.nout = 1,
+		.in_names = { "x" },
+		.out_names = { "out" },
+		.backward_kind = FLOW_OP_GELU_BACKWARD,
+		.infer = gelu_infer,
+		.backward = flow_op_backward_rule,
+		.flops = gelu_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &gelu_sig,
+	.nsaved = 1,
+	.saved = { FLOW_OP_FWD_IN(0) },
+};
+
+const flow_op_info_t flow_op_gelu_backward_info = {
+	.def = {
+		.kind = FLOW_OP_GELU_BACKWARD,
+		.name = "gelu_backward",
+		.nin = 2,
+		.nout = 1,
+		.in_names = { "dout", "x" },
+		.out_names = { "dx" },
+		.accumulates = 1,
+		.backward_kind = FLOW_OP_GELU_BACKWARD,
+		.infer = flow_op_backward_infer,
+		.flops = gelu_backward_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &gelu_backward_sig,
 };

@@ -52,42 +52,6 @@ static double layernorm_backward_flops(const flow_graph_t *g,
 	return 16.0 * flow_shape_elems(flow_op_in_shape(g, op, 0));
 }
 
-const flow_op_info_t flow_op_layernorm_info = {
-	.def = {
-		.kind = FLOW_OP_LAYERNORM,
-		.name = "layernorm",
-		.nin = 3,
-		.nout = 3,
-		.in_names = { "x", "weight", "bias" },
-		.out_names = { "out", "mean", "rstd" },
-		.backward_kind = FLOW_OP_LAYERNORM_BACKWARD,
-		.infer = layernorm_infer,
-		.backward = flow_op_backward_rule,
-		.flops = layernorm_flops,
-		.scratch = flow_op_no_scratch,
-	},
-	.saved_out = 1u << MEAN | 1u << RSTD,
-	.nsaved = 4,
-	.saved = { FLOW_OP_FWD_IN(X), FLOW_OP_FWD_IN(WEIGHT),
-		   FLOW_OP_FWD_OUT(MEAN), FLOW_OP_FWD_OUT(RSTD) },
-};
-
-const flow_op_info_t flow_op_layernorm_backward_info = {
-	.def = {
-		.kind = FLOW_OP_LAYERNORM_BACKWARD,
-		.name = "layernorm_backward",
-		.nin = 5,
-		.nout = 3,
-		.in_names = { "dout", "x", "weight", "mean", "rstd" },
-		.out_names = { "dx", "dweight", "dbias" },
-		.accumulates = 7,
-		.backward_kind = FLOW_OP_LAYERNORM_BACKWARD,
-		.infer = flow_op_backward_infer,
-		.flops = layernorm_backward_flops,
-		.scratch = flow_op_no_scratch,
-	},
-};
-
 /* ---- SBP signatures ---------------------------------------------------------
  *
  * Per mesh axis, layernorm normalises each row (all but the last axis):
@@ -179,8 +143,7 @@ static flow_err_t layernorm_sig_rule(const flow_sig_query_t *q,
 		return flow_sig_mismatch(q, diag, "out", &q->out[OUT], "x", x,
 					 "%s", flow_shape_text(x).s);
 	if ((err = layernorm_check_stats(q, x, &q->out[MEAN],
-					 flow_sig_op_layernorm.out_names +
-						 MEAN,
+					 b->op->out_names + MEAN,
 					 q->nout - MEAN, map, diag)))
 		return err;
 	for (int i = 0; i + 1 < x->ndim; i++) {
@@ -195,8 +158,7 @@ static flow_err_t layernorm_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_layernorm = {
-	.name = "layernorm",
+static const flow_sig_op_t layernorm_sig = {
 	.nin = 3,
 	.nin_min = 3,
 	.nout = 3,
@@ -223,10 +185,8 @@ static flow_err_t layernorm_param_grad_sig_rule(const flow_sig_query_t *q,
 		return flow_sig_mismatch(q, diag, "dout", &q->in[PG_DOUT], "x",
 					 x, "%s", flow_shape_text(x).s);
 	if ((err = layernorm_check_stats(q, x, &q->in[PG_MEAN],
-					 flow_sig_op_layernorm_param_grad
-							 .in_names +
-						 PG_MEAN,
-					 2, map, diag)) ||
+					 b->op->in_names + PG_MEAN, 2, map,
+					 diag)) ||
 	    (err = layernorm_check_param(q, "dweight", &q->out[PG_DWEIGHT], x,
 					 diag)) ||
 	    (err = layernorm_check_param(q, "dbias", &q->out[PG_DBIAS], x,
@@ -245,8 +205,7 @@ static flow_err_t layernorm_param_grad_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_layernorm_param_grad = {
-	.name = "layernorm_param_grad",
+static const flow_sig_op_t layernorm_param_grad_sig = {
 	.nin = 4,
 	.nin_min = 4,
 	.nout = 2,
@@ -274,12 +233,10 @@ static flow_err_t layernorm_backward_sig_rule(const flow_sig_query_t *q,
 	f.out[OUT] = q->in[LN_DOUT];
 	f.out[MEAN] = q->in[3];
 	f.out[RSTD] = q->in[4];
-	return flow_sig_adjoint(&f, &flow_sig_op_layernorm,
-				&flow_op_layernorm_info, b, diag);
+	return flow_sig_adjoint(&f, &flow_op_layernorm_info, b, diag);
 }
 
-const flow_sig_op_t flow_sig_op_layernorm_backward = {
-	.name = "layernorm_backward",
+static const flow_sig_op_t layernorm_backward_sig = {
 	.nin = 5,
 	.nin_min = 5,
 	.nout = 3,
@@ -287,4 +244,52 @@ const flow_sig_op_t flow_sig_op_layernorm_backward = {
 	.in_names = { "dout", "x", "weight", "mean", "rstd" },
 	.out_names = { "dx", "dweight", "dbias" },
 	.rule = layernorm_backward_sig_rule,
+};
+
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_layernorm_info = {
+	.def = {
+		.kind = FLOW_OP_LAYERNORM,
+		.name = "layernorm",
+		.nin = 3,
+		.nout = 3,
+		.in_names = { "x", "weight", "bias" },
+		.out_names = { "out", "mean", "rstd" },
+		.backward_kind = FLOW_OP_LAYERNORM_BACKWARD,
+		.infer = layernorm_infer,
+		.backward = flow_op_backward_rule,
+		.flops = layernorm_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &layernorm_sig,
+	.saved_out = 1u << MEAN | 1u << RSTD,
+	.nsaved = 4,
+	.saved = { FLOW_OP_FWD_IN(X), FLOW_OP_FWD_IN(WEIGHT),
+		   FLOW_OP_FWD_OUT(MEAN), FLOW_OP_FWD_OUT(RSTD) },
+};
+
+const flow_op_info_t flow_op_layernorm_backward_info = {
+	.def = {
+		.kind = FLOW_OP_LAYERNORM_BACKWARD,
+		.name = "layernorm_backward",
+		.nin = 5,
+		.nout = 3,
+		.in_names = { "dout", "x", "weight", "mean", "rstd" },
+		.out_names = { "dx", "dweight", "dbias" },
+		.accumulates = 7,
+		.backward_kind = FLOW_OP_LAYERNORM_BACKWARD,
+		.infer = flow_op_backward_infer,
+		.flops = layernorm_backward_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &layernorm_backward_sig,
+};
+
+const flow_op_info_t flow_op_layernorm_param_grad_info = {
+	.def = {
+		.kind = FLOW_OP_LAYERNORM_PARAM_GRAD,
+		.name = "layernorm_param_grad",
+	},
+	.sig = &layernorm_param_grad_sig,
 };

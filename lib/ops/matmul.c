@@ -69,41 +69,6 @@ static double matmul_backward_flops(const flow_graph_t *g,
 	return flops;
 }
 
-const flow_op_info_t flow_op_matmul_info = {
-	.def = {
-		.kind = FLOW_OP_MATMUL,
-		.name = "matmul",
-		.nin = 3,
-		.nout = 1,
-		.in_names = { "x", "weight", "bias" },
-		.out_names = { "out" },
-		.optional_in = 1u << BIAS,
-		.backward_kind = FLOW_OP_MATMUL_BACKWARD,
-		.infer = matmul_infer,
-		.backward = flow_op_backward_rule,
-		.flops = matmul_flops,
-		.scratch = flow_op_no_scratch,
-	},
-	.nsaved = 2,
-	.saved = { FLOW_OP_FWD_IN(X), FLOW_OP_FWD_IN(WEIGHT) },
-};
-
-const flow_op_info_t flow_op_matmul_backward_info = {
-	.def = {
-		.kind = FLOW_OP_MATMUL_BACKWARD,
-		.name = "matmul_backward",
-		.nin = 3,
-		.nout = 3,
-		.in_names = { "dout", "x", "weight" },
-		.out_names = { "dx", "dweight", "dbias" },
-		.accumulates = 7,
-		.backward_kind = FLOW_OP_MATMUL_BACKWARD,
-		.infer = flow_op_backward_infer,
-		.flops = matmul_backward_flops,
-		.scratch = flow_op_no_scratch,
-	},
-};
-
 /* ---- SBP signatures ---------------------------------------------------------
  *
  * Per mesh axis, out[...,O] = x[...,I] . weight[O,I]^T + bias[O]:
@@ -175,8 +140,7 @@ static flow_err_t matmul_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_matmul = {
-	.name = "matmul",
+static const flow_sig_op_t matmul_sig = {
 	.nin = 3,
 	.nin_min = 2,
 	.nout = 1,
@@ -208,12 +172,10 @@ static flow_err_t matmul_backward_sig_rule(const flow_sig_query_t *q,
 	if (f.in_present[BIAS])
 		f.in[BIAS] = q->out[2];
 	f.out[MM_OUT] = q->in[0];
-	return flow_sig_adjoint(&f, &flow_sig_op_matmul, &flow_op_matmul_info,
-				b, diag);
+	return flow_sig_adjoint(&f, &flow_op_matmul_info, b, diag);
 }
 
-const flow_sig_op_t flow_sig_op_matmul_backward = {
-	.name = "matmul_backward",
+static const flow_sig_op_t matmul_backward_sig = {
 	.nin = 3,
 	.nin_min = 3,
 	.nout = 3,
@@ -221,4 +183,43 @@ const flow_sig_op_t flow_sig_op_matmul_backward = {
 	.in_names = { "dout", "x", "weight" },
 	.out_names = { "dx", "dweight", "dbias" },
 	.rule = matmul_backward_sig_rule,
+};
+
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_matmul_info = {
+	.def = {
+		.kind = FLOW_OP_MATMUL,
+		.name = "matmul",
+		.nin = 3,
+		.nout = 1,
+		.in_names = { "x", "weight", "bias" },
+		.out_names = { "out" },
+		.optional_in = 1u << BIAS,
+		.backward_kind = FLOW_OP_MATMUL_BACKWARD,
+		.infer = matmul_infer,
+		.backward = flow_op_backward_rule,
+		.flops = matmul_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &matmul_sig,
+	.nsaved = 2,
+	.saved = { FLOW_OP_FWD_IN(X), FLOW_OP_FWD_IN(WEIGHT) },
+};
+
+const flow_op_info_t flow_op_matmul_backward_info = {
+	.def = {
+		.kind = FLOW_OP_MATMUL_BACKWARD,
+		.name = "matmul_backward",
+		.nin = 3,
+		.nout = 3,
+		.in_names = { "dout", "x", "weight" },
+		.out_names = { "dx", "dweight", "dbias" },
+		.accumulates = 7,
+		.backward_kind = FLOW_OP_MATMUL_BACKWARD,
+		.infer = flow_op_backward_infer,
+		.flops = matmul_backward_flops,
+		.scratch = flow_op_no_scratch,
+	},
+	.sig = &matmul_backward_sig,
 };

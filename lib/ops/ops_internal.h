@@ -1,12 +1,13 @@
 /* Private to the op definitions (lib/ops/) and the graph code that drives
- * them (lib/graph/graph.c, lib/graph/autograd.c, lib/graph/memplan.c, lib/runtime/exec.c): what the
+ * them (lib/graph/graph.c and autograd.c, lib/runtime/exec.c): what the
  * graph needs to know about an op beyond the public flow_op_def_t, the
- * checks every shape rule starts with, and the one gradient rule shared by
- * every op whose backward is a single backward op. */
+ * checks every shape rule starts with, the one gradient rule shared by
+ * every op whose backward is a single backward op, and what the SBP
+ * signature rules share.  The graph's own internals are in
+ * lib/graph/graph_internal.h. */
 #ifndef FLOW_OPS_INTERNAL_H
 #define FLOW_OPS_INTERNAL_H
 
-#include <flow/mem.h>
 #include <flow/ops.h>
 #include <flow/signature.h>
 
@@ -15,10 +16,17 @@
 #define FLOW_OP_FWD_IN(i) (i)
 #define FLOW_OP_FWD_OUT(i) (FLOW_OP_MAX_IO + (i))
 
-/* One op: the public definition plus how the graph wires its tensors.  The
- * fields after def matter for forward ops only. */
+struct flow_sig_op;
+
+/* One op's registry entry: the public definition, its SBP signatures, and
+ * how the graph wires its tensors.  The fields after sig matter for
+ * forward graph ops only.  A signature-only op (a kind from
+ * FLOW_OP_KIND_COUNT on) fills def.kind, def.name and sig alone: no graph
+ * holds it, so it has no shape or gradient rule. */
 typedef struct flow_op_info {
 	flow_op_def_t def;
+	const struct flow_sig_op *sig; /* NULL: no signatures (boxing, whose
+					* layouts the localizer chooses) */
 	uint32_t i32_in;      /* bit i: input i holds token ids (i32);
 			       * every other input is f32 */
 	uint32_t saved_out;   /* bit i: output i is a forward by-product
@@ -34,7 +42,8 @@ typedef struct flow_op_info {
 	int saved[FLOW_OP_MAX_IO - 1]; /* FLOW_OP_FWD_IN/OUT references */
 } flow_op_info_t;
 
-/* One per op file, registered in lib/ops/registry.c. */
+/* Defined at the end of each op's file, registered in lib/ops/registry.c:
+ * the graph ops, ... */
 extern const flow_op_info_t flow_op_embedding_info;
 extern const flow_op_info_t flow_op_embedding_backward_info;
 extern const flow_op_info_t flow_op_layernorm_info;
@@ -49,9 +58,24 @@ extern const flow_op_info_t flow_op_add_info;
 extern const flow_op_info_t flow_op_add_backward_info;
 extern const flow_op_info_t flow_op_cross_entropy_info;
 extern const flow_op_info_t flow_op_boxing_info;
+/* ... and the signature-only ops. */
+extern const flow_op_info_t flow_op_layernorm_param_grad_info;
+extern const flow_op_info_t flow_op_reshape_info;
+extern const flow_op_info_t flow_op_transpose_info;
+extern const flow_op_info_t flow_op_reduce_sum_info;
+extern const flow_op_info_t flow_op_reduce_mean_info;
+extern const flow_op_info_t flow_op_bias_add_info;
+extern const flow_op_info_t flow_op_broadcast_add_info;
 
-/* The info of kind; NULL for an unknown kind. */
+/* The entry of a graph op kind, [0, FLOW_OP_KIND_COUNT); NULL for any
+ * other kind, the signature-only ones included, so the graph code sees
+ * graph ops only. */
 const flow_op_info_t *flow_op_info(flow_op_kind_t kind);
+
+/* The entry named name among the kinds [0, kind_end): FLOW_OP_KIND_COUNT
+ * for the graph ops, FLOW_OP_ALL_KIND_COUNT for every op; NULL when none
+ * is named so (or name is NULL). */
+const flow_op_info_t *flow_op_info_find(const char *name, int kind_end);
 
 /* Whether kind is one of the *_BACKWARD kinds. */
 bool flow_op_kind_is_backward(flow_op_kind_t kind);
@@ -127,9 +151,11 @@ static inline const flow_graph_op_t *flow_op_forward_of(const flow_graph_t *g,
 /* Where an op's rule writes its 1-D signatures: flow_sig_push() appends
  * one.  Room for FLOW_SIG_MAX - 1, the last slot being the all-broadcast
  * signature flow_sig_list() appends; a rule that writes more sets overflow
- * (its extra signatures go to sink), which flow_sig_list() reports. */
+ * (its extra signatures go to sink), which flow_sig_list() reports.  op
+ * is the definition whose rule runs, for rules that name its tensors. */
 typedef struct flow_sig_builder {
 	const flow_sig_query_t *query;
+	const struct flow_sig_op *op;
 	flow_sig_t *sigs;
 	int n;
 	bool overflow;
@@ -137,7 +163,8 @@ typedef struct flow_sig_builder {
 } flow_sig_builder_t;
 
 /* The signatures of one op, defined in the op's file (lib/ops/<op>.c) and
- * listed by name in lib/ops/signature.c.  Before calling rule,
+ * reached through its registry entry (flow_op_info_t.sig), whose def.name
+ * is the name flow_sig_query_t.op gives.  Before calling rule,
  * flow_sig_list() has checked the counts (nin_min <= query->nin <= nin,
  * the same for outputs), that every input below query->nin that is not in
  * optional_in is present, and that every shape has 0..FLOW_MAX_DIMS
@@ -147,7 +174,6 @@ typedef struct flow_sig_builder {
  * all-broadcast one; flow_sig_list() drops duplicates, sets absent
  * inputs to B and appends all-broadcast. */
 typedef struct flow_sig_op {
-	const char *name;          /* "matmul", "reshape" */
 	int nin, nout;             /* the most inputs and outputs */
 	int nin_min, nout_min;     /* the fewest: a trailing optional input
 				    * may be left out (matmul's bias), and
@@ -159,30 +185,6 @@ typedef struct flow_sig_op {
 	flow_err_t (*rule)(const flow_sig_query_t *q, flow_sig_builder_t *b,
 			   flow_diag_t *diag);
 } flow_sig_op_t;
-
-/* One per op, defined next to the op (the graph ops' files, and the
- * signature-only files reshape.c, transpose.c, reduce.c, bias_add.c,
- * broadcast_add.c). */
-extern const flow_sig_op_t flow_sig_op_embedding;
-extern const flow_sig_op_t flow_sig_op_embedding_backward;
-extern const flow_sig_op_t flow_sig_op_layernorm;
-extern const flow_sig_op_t flow_sig_op_layernorm_backward;
-extern const flow_sig_op_t flow_sig_op_layernorm_param_grad;
-extern const flow_sig_op_t flow_sig_op_matmul;
-extern const flow_sig_op_t flow_sig_op_matmul_backward;
-extern const flow_sig_op_t flow_sig_op_attention;
-extern const flow_sig_op_t flow_sig_op_attention_backward;
-extern const flow_sig_op_t flow_sig_op_gelu;
-extern const flow_sig_op_t flow_sig_op_gelu_backward;
-extern const flow_sig_op_t flow_sig_op_add;
-extern const flow_sig_op_t flow_sig_op_add_backward;
-extern const flow_sig_op_t flow_sig_op_cross_entropy;
-extern const flow_sig_op_t flow_sig_op_reshape;
-extern const flow_sig_op_t flow_sig_op_transpose;
-extern const flow_sig_op_t flow_sig_op_reduce_sum;
-extern const flow_sig_op_t flow_sig_op_reduce_mean;
-extern const flow_sig_op_t flow_sig_op_bias_add;
-extern const flow_sig_op_t flow_sig_op_broadcast_add;
 
 /* SBP values for the rules. */
 #define FLOW_SIG_S(k) ((flow_sbp_t){ .kind = FLOW_SBP_SPLIT, .axis = (k) })
@@ -224,57 +226,17 @@ void flow_sig_reshape_map(const flow_shape_t *x, const flow_shape_t *y,
 			  int64_t axis_size, int map_out[FLOW_MAX_DIMS]);
 
 /* The signatures of a backward op from those of its forward op
- * (fwd_query, answered by fwd_op), wired as flow_op_backward_rule wires
- * the backward op of fwd_info (in: dout, then the saved tensors; out: the
- * gradients of inputs grad_in_first... in order), by the adjoint of each
- * forward signature but all-broadcast: dout takes out[0]'s SBP with P
- * turned into B; a saved tensor keeps its SBP; an input's gradient keeps
- * S(k), and turns B into P (the forward work was divided, so every rank
- * holds a part of the sum) and P into B (every addend receives the whole
- * gradient).  Pushes onto b, whose query is the backward one. */
+ * (fwd_query, answered by fwd_info->sig), wired as flow_op_backward_rule
+ * wires the backward op of fwd_info (in: dout, then the saved tensors;
+ * out: the gradients of inputs grad_in_first... in order), by the adjoint
+ * of each forward signature but all-broadcast: dout takes out[0]'s SBP
+ * with P turned into B; a saved tensor keeps its SBP; an input's gradient
+ * keeps S(k), and turns B into P (the forward work was divided, so every
+ * rank holds a part of the sum) and P into B (every addend receives the
+ * whole gradient).  Pushes onto b, whose query is the backward one. */
 flow_err_t flow_sig_adjoint(const flow_sig_query_t *fwd_query,
-			    const flow_sig_op_t *fwd_op,
 			    const flow_op_info_t *fwd_info,
 			    flow_sig_builder_t *b, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
-
-/* ---- graph internals shared by graph.c, autograd.c and memplan.c -------- */
-
-/* Append op as given (kind, name, attrs, forward op, tensor indices of
- * g), for rewrites that build a graph op by op (lib/plan/localize.c): checks
- * the indices and counts only, flow_graph_validate the rest.  Marks each
- * output's producer when it has none.  Returns the index or <0. */
-int flow_graph_append_op(flow_graph_t *g, const flow_graph_op_t *op,
-			 flow_diag_t *diag);
-
-/* Append a tensor with every field set from the arguments (producer,
- * grad, grad_of, alias_of -1; requires_grad false; no init): returns its
- * index or <0 with diag set.  The name must fit and be unique. */
-int flow_graph_push_tensor(flow_graph_t *g, const char *name,
-			   flow_role_t role, flow_dtype_t dtype,
-			   const flow_shape_t *shape, flow_diag_t *diag)
-	FLOW_MUST_CHECK;
-
-/* Make room for `more` tensors and ops without reallocating, so the
- * gradient rules cannot fail half-way for lack of memory. */
-flow_err_t flow_graph_reserve(flow_graph_t *g, size_t more_tensors,
-			      size_t more_ops, flow_diag_t *diag)
-	FLOW_MUST_CHECK;
-
-/* Live ranges of every tensor at once (flow_graph_live_range, one pass):
- * first[t], last[t] for t < g->ntensors. */
-void flow_graph_live_ranges(const flow_graph_t *g, int *first, int *last);
-
-/* Whether flow_graph_backward(_from) has run: backward ops exist or some
- * tensor has its gradient. */
-bool flow_graph_is_differentiated(const flow_graph_t *g);
-
-/* Round bytes up to a multiple of FLOW_ALIGNMENT.  Tensor sizes are checked
- * against FLOW_GRAPH_BYTES_MAX when added, so this cannot overflow. */
-#define FLOW_GRAPH_BYTES_MAX (SIZE_MAX / 2)
-static inline size_t flow_graph_align(size_t bytes)
-{
-	return (bytes + FLOW_ALIGNMENT - 1) & ~(size_t)(FLOW_ALIGNMENT - 1);
-}
 
 #endif

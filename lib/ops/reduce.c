@@ -56,8 +56,7 @@ static flow_err_t reduce_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_reduce_sum = {
-	.name = "reduce_sum",
+static const flow_sig_op_t reduce_sig = {
 	.nin = 1,
 	.nin_min = 1,
 	.nout = 1,
@@ -67,13 +66,14 @@ const flow_sig_op_t flow_sig_op_reduce_sum = {
 	.rule = reduce_sig_rule,
 };
 
-const flow_sig_op_t flow_sig_op_reduce_mean = {
-	.name = "reduce_mean",
-	.nin = 1,
-	.nin_min = 1,
-	.nout = 1,
-	.nout_min = 1,
-	.in_names = { "x" },
-	.out_names = { "y" },
-	.rule = reduce_sig_rule,
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_reduce_sum_info = {
+	.def = { .kind = FLOW_OP_REDUCE_SUM, .name = "reduce_sum" },
+	.sig = &reduce_sig,
+};
+
+const flow_op_info_t flow_op_reduce_mean_info = {
+	.def = { .kind = FLOW_OP_REDUCE_MEAN, .name = "reduce_mean" },
+	.sig = &reduce_sig,
 };

@@ -1,5 +1,7 @@
-/* The op table (one definition per file under lib/ops/), and the helpers
- * the shape and gradient rules of those files share. */
+/* The op registry, the one table of ops keyed by kind: the graph ops and,
+ * after them, the signature-only ops (one file per op under lib/ops/
+ * defines its entries); and the helpers the shape and gradient rules of
+ * those files share. */
 #include <config.h>
 
 #include <stdarg.h>
@@ -8,7 +10,7 @@
 
 #include "ops_internal.h"
 
-static const flow_op_info_t *const op_infos[FLOW_OP_KIND_COUNT] = {
+static const flow_op_info_t *const op_infos[FLOW_OP_ALL_KIND_COUNT] = {
 	[FLOW_OP_EMBEDDING] = &flow_op_embedding_info,
 	[FLOW_OP_LAYERNORM] = &flow_op_layernorm_info,
 	[FLOW_OP_MATMUL] = &flow_op_matmul_info,
@@ -23,6 +25,13 @@ static const flow_op_info_t *const op_infos[FLOW_OP_KIND_COUNT] = {
 	[FLOW_OP_GELU_BACKWARD] = &flow_op_gelu_backward_info,
 	[FLOW_OP_ADD_BACKWARD] = &flow_op_add_backward_info,
 	[FLOW_OP_BOXING] = &flow_op_boxing_info,
+	[FLOW_OP_LAYERNORM_PARAM_GRAD] = &flow_op_layernorm_param_grad_info,
+	[FLOW_OP_RESHAPE] = &flow_op_reshape_info,
+	[FLOW_OP_TRANSPOSE] = &flow_op_transpose_info,
+	[FLOW_OP_REDUCE_SUM] = &flow_op_reduce_sum_info,
+	[FLOW_OP_REDUCE_MEAN] = &flow_op_reduce_mean_info,
+	[FLOW_OP_BIAS_ADD] = &flow_op_bias_add_info,
+	[FLOW_OP_BROADCAST_ADD] = &flow_op_broadcast_add_info,
 };
 
 const flow_op_info_t *flow_op_info(flow_op_kind_t kind)
@@ -30,6 +39,14 @@ const flow_op_info_t *flow_op_info(flow_op_kind_t kind)
 	if ((int)kind < 0 || (int)kind >= FLOW_OP_KIND_COUNT)
 		return NULL;
 	return op_infos[kind];
+}
+
+const flow_op_info_t *flow_op_info_find(const char *name, int kind_end)
+{
+	for (int k = 0; name && k < kind_end; k++)
+		if (strcmp(name, op_infos[k]->def.name) == 0)
+			return op_infos[k];
+	return NULL;
 }
 
 const flow_op_def_t *flow_op_def(flow_op_kind_t kind)
@@ -53,13 +70,14 @@ bool flow_op_kind_is_neutral(flow_op_kind_t kind)
 flow_err_t flow_op_kind_parse(const char *name, flow_op_kind_t *kind_out,
 			      flow_diag_t *diag)
 {
-	for (int k = 0; k < FLOW_OP_KIND_COUNT; k++) {
-		if (strcmp(name, op_infos[k]->def.name) == 0) {
-			*kind_out = (flow_op_kind_t)k;
-			return FLOW_OK;
-		}
-	}
-	return flow_diag_set(diag, FLOW_ERR_USAGE, "unknown op '%s'", name);
+	const flow_op_info_t *info = flow_op_info_find(name,
+						       FLOW_OP_KIND_COUNT);
+
+	if (!info)
+		return flow_diag_set(diag, FLOW_ERR_USAGE, "unknown op '%s'",
+				     name);
+	*kind_out = info->def.kind;
+	return FLOW_OK;
 }
 
 /* ---- shapes ---------------------------------------------------------------- */

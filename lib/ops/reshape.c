@@ -97,8 +97,7 @@ static flow_err_t reshape_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_reshape = {
-	.name = "reshape",
+static const flow_sig_op_t reshape_sig = {
 	.nin = 1,
 	.nin_min = 1,
 	.nout = 1,
@@ -106,4 +105,11 @@ const flow_sig_op_t flow_sig_op_reshape = {
 	.in_names = { "x" },
 	.out_names = { "y" },
 	.rule = reshape_sig_rule,
+};
+
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_reshape_info = {
+	.def = { .kind = FLOW_OP_RESHAPE, .name = "reshape" },
+	.sig = &reshape_sig,
 };

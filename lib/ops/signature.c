@@ -1,50 +1,27 @@
-/* Op SBP signatures (flow/signature.h): the table from op name to the rule
- * that lives with the op in lib/ops/<op>.c, the 1-D lists (deduplicated,
- * all-broadcast last), their n-D products on a mesh, the check of one n-D
- * signature, the query of a graph op, and the helpers the rules share
- * (the adjoint that derives a backward op's signatures from its forward
- * op's). */
+/* Op SBP signatures (flow/signature.h): the lookup of an op's rule by name
+ * in the op registry (the rule lives with the op in lib/ops/<op>.c), the
+ * 1-D lists (deduplicated, all-broadcast last), their n-D products on a
+ * mesh, the check of one n-D signature, the query of a graph op, and the
+ * helpers the rules share (the adjoint that derives a backward op's
+ * signatures from its forward op's). */
 #include <config.h>
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <flow/mem.h>
+
 #include "ops_internal.h"
 
-static const flow_sig_op_t *const sig_ops[] = {
-	&flow_sig_op_embedding,
-	&flow_sig_op_embedding_backward,
-	&flow_sig_op_layernorm,
-	&flow_sig_op_layernorm_backward,
-	&flow_sig_op_layernorm_param_grad,
-	&flow_sig_op_matmul,
-	&flow_sig_op_matmul_backward,
-	&flow_sig_op_attention,
-	&flow_sig_op_attention_backward,
-	&flow_sig_op_gelu,
-	&flow_sig_op_gelu_backward,
-	&flow_sig_op_add,
-	&flow_sig_op_add_backward,
-	&flow_sig_op_cross_entropy,
-	&flow_sig_op_reshape,
-	&flow_sig_op_transpose,
-	&flow_sig_op_reduce_sum,
-	&flow_sig_op_reduce_mean,
-	&flow_sig_op_bias_add,
-	&flow_sig_op_broadcast_add,
-};
-
-#define SIG_OP_COUNT (sizeof(sig_ops) / sizeof(sig_ops[0]))
-
+/* The signatures of the op named name (flow_sig_query_t.op); NULL for an
+ * unknown op and for boxing, which has none. */
 static const flow_sig_op_t *sig_op_find(const char *name)
 {
-	if (!name)
-		return NULL;
-	for (size_t i = 0; i < SIG_OP_COUNT; i++)
-		if (strcmp(sig_ops[i]->name, name) == 0)
-			return sig_ops[i];
-	return NULL;
+	const flow_op_info_t *info = flow_op_info_find(name,
+						       FLOW_OP_ALL_KIND_COUNT);
+
+	return info ? info->sig : NULL;
 }
 
 /* ---- helpers for the rules ---------------------------------------------- */
@@ -220,7 +197,7 @@ static flow_err_t sig_check_query(const flow_sig_op_t *op,
 static int sig_list_of(const flow_sig_op_t *op, const flow_sig_query_t *q,
 		       flow_sig_t sigs[FLOW_SIG_MAX], flow_diag_t *diag)
 {
-	flow_sig_builder_t b = { .query = q, .sigs = sigs };
+	flow_sig_builder_t b = { .query = q, .op = op, .sigs = sigs };
 	flow_err_t err;
 	int n = 0;
 
@@ -285,10 +262,10 @@ static flow_sbp_t adjoint_out(flow_sbp_t s)
 }
 
 flow_err_t flow_sig_adjoint(const flow_sig_query_t *fwd_query,
-			    const flow_sig_op_t *fwd_op,
 			    const flow_op_info_t *fwd_info,
 			    flow_sig_builder_t *b, flow_diag_t *diag)
 {
+	const flow_sig_op_t *fwd_op = fwd_info->sig;
 	const flow_sig_query_t *q = b->query;
 	flow_sig_query_t fq = *fwd_query;
 	flow_sig_t fwd[FLOW_SIG_MAX];

@@ -44,8 +44,7 @@ static flow_err_t transpose_sig_rule(const flow_sig_query_t *q,
 	return FLOW_OK;
 }
 
-const flow_sig_op_t flow_sig_op_transpose = {
-	.name = "transpose",
+static const flow_sig_op_t transpose_sig = {
 	.nin = 1,
 	.nin_min = 1,
 	.nout = 1,
@@ -53,4 +52,11 @@ const flow_sig_op_t flow_sig_op_transpose = {
 	.in_names = { "x" },
 	.out_names = { "y" },
 	.rule = transpose_sig_rule,
+};
+
+/* ---- registry entries (lib/ops/registry.c) ------------------------------- */
+
+const flow_op_info_t flow_op_transpose_info = {
+	.def = { .kind = FLOW_OP_TRANSPOSE, .name = "transpose" },
+	.sig = &transpose_sig,
 };

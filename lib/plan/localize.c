@@ -7,8 +7,9 @@
 #include <string.h>
 
 #include <flow/localize.h>
+#include <flow/ops.h>
 
-#include "ops/ops_internal.h"
+#include "graph/graph_internal.h"
 
 typedef struct builder {
 	const flow_plan_t *plan;

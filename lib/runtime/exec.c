@@ -1,5 +1,10 @@
-/* The CPU executor: storage for every tensor of a graph, and a forward and
- * backward pass that call one kernel per op.
+/* The executor's single-graph part (flow/exec.h): the storage of every
+ * tensor of a graph, from the storage of the chosen kernel set; a forward
+ * and a backward pass that call one kernel per op through that set's table
+ * (flow/kernels.h); parameter initialisation; and the profile.  The ops of
+ * a localized graph that talk to other ranks or know which shard they hold
+ * (boxing, the split embedding and cross-entropy) are in exec_dist.c,
+ * which exec_kernel hands them to.
  *
  * Everything a step needs is worked out in flow_exec_new: each op's
  * tensor pointers and kernel sizes, and which activation gradients to clear
@@ -14,26 +19,19 @@
 
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
-#include <flow/mem.h>
 #include <flow/rng.h>
 
 #include "exec_internal.h"
 
-#define KERNEL_SET(prefix)                                                 \
-	{                                                                  \
-		prefix##embedding_forward, prefix##embedding_backward,     \
-		prefix##layernorm_forward, prefix##layernorm_backward,     \
-		prefix##matmul_forward, prefix##matmul_backward,           \
-		prefix##attention_forward,                                 \
-		prefix##attention_scratch_bound,                           \
-		prefix##attention_backward, prefix##gelu_forward,          \
-		prefix##gelu_backward, prefix##residual_forward,           \
-		prefix##residual_backward,                                 \
-		prefix##cross_entropy_forward_backward,                    \
-	}
-
-static const kernel_set_t cpu_kernels = KERNEL_SET(flow_cpu_);
-static const kernel_set_t ref_kernels = KERNEL_SET(flow_ref_);
+/* What each kernel set flow_exec_new can name stands for: the table of
+ * its kernels, and the storage whose memory they address. */
+static const struct exec_device {
+	const flow_kernels_t *kernels;
+	const flow_exec_storage_t *storage;
+} exec_devices[] = {
+	[FLOW_KERNELS_CPU] = { &flow_cpu_kernels, &flow_exec_storage_host },
+	[FLOW_KERNELS_REF] = { &flow_ref_kernels, &flow_exec_storage_host },
+};
 
 /* ---- setup ------------------------------------------------------------------ */
 
@@ -136,6 +134,7 @@ static size_t exec_op_scratch(const flow_exec_t *x, const flow_graph_op_t *op)
 static flow_err_t exec_alloc(flow_exec_t *x, flow_diag_t *diag)
 {
 	const flow_graph_t *g = x->g;
+	const flow_exec_storage_t *st = x->storage;
 	size_t n = g->ntensors ? g->ntensors : 1, input_bytes = 0, scratch = 0;
 	size_t *offset = calloc(n, sizeof(*offset));
 	flow_err_t err;
@@ -153,12 +152,12 @@ static flow_err_t exec_alloc(flow_exec_t *x, flow_diag_t *diag)
 		if (s > scratch)
 			scratch = s;
 	}
-	x->params = flow_calloc(1, x->param_bytes);
-	x->param_grads = flow_calloc(1, x->grad_bytes);
-	x->inputs = flow_calloc(1, input_bytes);
-	/* Zeroed once, so no step can depend on what the allocator left. */
-	x->arena = flow_calloc(1, x->plan.arena_bytes);
-	x->scratch = flow_alloc(scratch);
+	/* All zeroed, so no step can depend on what the allocator left. */
+	x->params = st->alloc(x->param_bytes);
+	x->param_grads = st->alloc(x->grad_bytes);
+	x->inputs = st->alloc(input_bytes);
+	x->arena = st->alloc(x->plan.arena_bytes);
+	x->scratch = st->alloc(scratch);
 	if (!x->params || !x->param_grads || !x->inputs || !x->arena ||
 	    !x->scratch)
 		goto out_nomem;
@@ -261,7 +260,7 @@ flow_err_t flow_exec_new(const flow_graph_t *g, flow_kernel_set_t kernels,
 	flow_exec_t *x;
 	flow_err_t err;
 
-	if (kernels != FLOW_KERNELS_CPU && kernels != FLOW_KERNELS_REF)
+	if ((unsigned)kernels >= sizeof(exec_devices) / sizeof(exec_devices[0]))
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "unknown kernel set %d", (int)kernels);
 	if ((err = flow_graph_validate(g, diag)) != FLOW_OK)
@@ -271,7 +270,8 @@ flow_err_t flow_exec_new(const flow_graph_t *g, flow_kernel_set_t kernels,
 		return flow_diag_set(diag, FLOW_ERR_NOMEM,
 				     "out of memory for the executor");
 	x->g = g;
-	x->kernels = kernels == FLOW_KERNELS_REF ? &ref_kernels : &cpu_kernels;
+	x->kernels = exec_devices[kernels].kernels;
+	x->storage = exec_devices[kernels].storage;
 	x->loss_scale = default_loss_scale(g);
 	for (int k = 0; k < FLOW_OP_KIND_COUNT; k++)
 		snprintf(x->profile[k].name, sizeof(x->profile[k].name), "%s",
@@ -292,16 +292,16 @@ void flow_exec_free(flow_exec_t *x)
 {
 	if (!x)
 		return;
-	flow_free(x->scratch);
-	flow_free(x->arena);
-	flow_free(x->inputs);
-	flow_free(x->param_grads);
-	flow_free(x->params);
+	x->storage->free(x->scratch);
+	x->storage->free(x->arena);
+	x->storage->free(x->inputs);
+	x->storage->free(x->param_grads);
+	x->storage->free(x->params);
 	free(x->zeros);
 	free(x->ops);
 	free(x->ptr);
 	flow_memplan_release(&x->plan);
-	flow_free(x->dist_scratch);
+	x->storage->free(x->dist_scratch);
 	free(x);
 }
 
@@ -412,14 +412,14 @@ void flow_exec_init_params(flow_exec_t *x, uint64_t seed)
 
 void flow_exec_zero_param_grads(flow_exec_t *x)
 {
-	memset(x->param_grads, 0, x->grad_bytes);
+	x->storage->zero(x->param_grads, x->grad_bytes);
 }
 
 /* ---- running ---------------------------------------------------------------------- */
 
 static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o)
 {
-	const kernel_set_t *k = x->kernels;
+	const flow_kernels_t *k = x->kernels;
 	const size_t *d = o->dim;
 	void *const *in = o->in, *const *out = o->out;
 
@@ -471,10 +471,12 @@ static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o)
 		k->residual_backward(out[0], out[1], in[0], d[DIM_N]);
 		break;
 	case FLOW_OP_CROSS_ENTROPY: /* losses, and dlogits over the logits */
-		k->cross_entropy(out[0], in[0], in[1], d[DIM_N], d[DIM_V],
-				 d[DIM_VP], x->loss_scale);
+		k->cross_entropy_forward_backward(out[0], in[0], in[1],
+						  d[DIM_N], d[DIM_V], d[DIM_VP],
+						  x->loss_scale);
 		break;
-	case FLOW_OP_BOXING: /* handled above */
+	default: /* boxing, handled above; signature-only kinds do not pass
+		  * flow_graph_validate */
 		break;
 	}
 	return FLOW_OK;
@@ -499,7 +501,7 @@ static flow_err_t exec_run(flow_exec_t *x, size_t begin, size_t end,
 		double t0 = x->profiling ? now_seconds() : 0.0;
 
 		for (size_t z = o->zero_first; z < o->zero_first + o->nzero; z++)
-			memset(x->zeros[z].ptr, 0, x->zeros[z].bytes);
+			x->storage->zero(x->zeros[z].ptr, x->zeros[z].bytes);
 		x->err = exec_kernel(x, o);
 		if (x->profiling) {
 			flow_profile_row_t *row = &x->profile[o->kind];

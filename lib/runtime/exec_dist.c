@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include <flow/comm.h>
-#include <flow/mem.h>
 
 #include "exec_internal.h"
 
@@ -55,10 +54,10 @@ static void embedding_rows_backward(float *dwte, float *dwpe,
 static float *dist_scratch(flow_exec_t *x, size_t n)
 {
 	if (n > x->dist_scratch_n) {
-		float *p = flow_alloc(n * sizeof(float));
+		float *p = x->storage->alloc(n * sizeof(float));
 		if (!p)
 			return NULL;
-		flow_free(x->dist_scratch);
+		x->storage->free(x->dist_scratch);
 		x->dist_scratch = p;
 		x->dist_scratch_n = n;
 	}

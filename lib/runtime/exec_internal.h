@@ -6,39 +6,10 @@
 
 #include <flow/boxing_exec.h>
 #include <flow/exec.h>
+#include <flow/kernels.h>
 
+#include "graph/graph_internal.h"
 #include "ops/ops_internal.h"
-
-/* The kernels of one set.  flow/kernels_ref.h mirrors flow/kernels.h
- * signature for signature, so both sets fill the same table. */
-typedef struct kernel_set {
-	void (*embedding_forward)(float *, const int32_t *, const float *,
-				  const float *, size_t, size_t, size_t);
-	void (*embedding_backward)(float *, float *, const float *,
-				   const int32_t *, size_t, size_t, size_t);
-	void (*layernorm_forward)(float *, float *, float *, const float *,
-				  const float *, const float *, size_t, size_t);
-	void (*layernorm_backward)(float *, float *, float *, const float *,
-				   const float *, const float *, const float *,
-				   const float *, size_t, size_t);
-	void (*matmul_forward)(float *, const float *, const float *,
-			       const float *, size_t, size_t, size_t);
-	void (*matmul_backward)(float *, float *, float *, const float *,
-				const float *, const float *, size_t, size_t,
-				size_t);
-	void (*attention_forward)(float *, float *, const float *, size_t,
-				  size_t, size_t, size_t);
-	size_t (*attention_scratch_bound)(size_t, size_t, size_t, size_t);
-	void (*attention_backward)(float *, void *, const float *,
-				   const float *, const float *, size_t, size_t,
-				   size_t, size_t);
-	void (*gelu_forward)(float *, const float *, size_t);
-	void (*gelu_backward)(float *, const float *, const float *, size_t);
-	void (*residual_forward)(float *, const float *, const float *, size_t);
-	void (*residual_backward)(float *, float *, const float *, size_t);
-	void (*cross_entropy)(float *, float *, const int32_t *, size_t, size_t,
-			      size_t, float);
-} kernel_set_t;
 
 /* Kernel sizes, by the forward op's kind. */
 enum {
@@ -74,7 +45,10 @@ typedef struct exec_zero {
 
 struct flow_exec {
 	const flow_graph_t *g;
-	const kernel_set_t *kernels;
+	const flow_kernels_t *kernels;
+	const flow_exec_storage_t *storage; /* of the tensor buffers: params,
+					     * param_grads, inputs, arena,
+					     * scratch, dist_scratch */
 	flow_memplan_t plan;
 	void *params, *param_grads, *inputs, *arena, *scratch;
 	size_t param_bytes, grad_bytes;

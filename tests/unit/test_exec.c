@@ -1,8 +1,9 @@
-/* The executor: the CPU kernel set agrees with the reference set on a small
- * GPT-like graph; activation gradients are cleared before each backward
+/* The executor: the kernel sets' tables are full and the executor runs the
+ * set it is given; the CPU kernel set agrees with the reference set on a
+ * small GPT-like graph; activation gradients are cleared before each backward
  * pass while parameter gradients accumulate; the loss and its scale;
  * parameter initialisation (Philox by logical index, padded rows zero);
- * storage; the profile. */
+ * storage, the executor's and the host storage's; the profile. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,8 @@
 
 #include <flow/exec.h>
 #include <flow/graph.h>
+#include <flow/kernels.h>
+#include <flow/kernels_ref.h>
 #include <flow/ops.h>
 #include <flow/rng.h>
 
@@ -89,6 +92,109 @@ static bool transient(flow_role_t role)
 }
 
 /* ---- kernel sets --------------------------------------------------------------- */
+
+/* Every member of each set's table is that set's function of the kernel:
+ * none is NULL, and none is the other set's. */
+static void test_exec_kernel_tables_are_filled(void **state)
+{
+	const flow_kernels_t *cpu = &flow_cpu_kernels, *ref = &flow_ref_kernels;
+	int members = 0;
+
+	(void)state;
+	assert_string_equal(cpu->name, "cpu");
+	assert_string_equal(ref->name, "ref");
+#define ASSERT_MEMBER(m)                                                   \
+	do {                                                               \
+		assert_true(cpu->m != NULL && cpu->m == flow_cpu_##m);     \
+		assert_true(ref->m != NULL && ref->m == flow_ref_##m);     \
+		assert_true(cpu->m != ref->m);                             \
+		members++;                                                 \
+	} while (0)
+	ASSERT_MEMBER(matmul_forward);
+	ASSERT_MEMBER(matmul_backward);
+	ASSERT_MEMBER(embedding_forward);
+	ASSERT_MEMBER(embedding_backward);
+	ASSERT_MEMBER(layernorm_forward);
+	ASSERT_MEMBER(layernorm_backward);
+	ASSERT_MEMBER(gelu_forward);
+	ASSERT_MEMBER(gelu_backward);
+	ASSERT_MEMBER(attention_forward);
+	ASSERT_MEMBER(attention_scratch_bound);
+	ASSERT_MEMBER(attention_backward);
+	ASSERT_MEMBER(residual_forward);
+	ASSERT_MEMBER(residual_backward);
+	ASSERT_MEMBER(cross_entropy_forward_backward);
+	ASSERT_MEMBER(adamw_update);
+	ASSERT_MEMBER(sum_squares);
+	ASSERT_MEMBER(scale);
+	ASSERT_MEMBER(clip_grad_norm);
+#undef ASSERT_MEMBER
+	/* The name and one pointer per kernel, nothing else: a member added
+	 * to the table must be added above. */
+	assert_int_equal(sizeof(flow_kernels_t),
+			 sizeof(const char *) +
+				 (size_t)members * sizeof(cpu->scale));
+}
+
+/* x -> matmul (fc) -> gelu (act), differentiated from act's output: the
+ * executor of each set computes exactly what that set's kernels give when
+ * called in turn by hand, bit for bit; act's output, into y_out. */
+enum { DN = 6, DIN = 16, DOUT = 24 };
+
+static void exec_by_hand(flow_kernel_set_t set, const flow_kernels_t *k,
+			 float y_out[DN * DOUT])
+{
+	flow_init_t normal = { FLOW_INIT_NORMAL, 0.5f, 0 };
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_graph_t g;
+	float h[DN * DOUT], y[DN * DOUT], dh[DN * DOUT] = { 0 };
+	float dw[DOUT * DIN] = { 0 }, db[DOUT] = { 0 };
+
+	flow_graph_init(&g);
+	int x = graphutil_tensor(&g, "x", FLOW_ROLE_INPUT, FLOW_DTYPE_F32, 2,
+				 DIMS(DN, DIN));
+	int w = INIT_PARAM(&g, "w", normal, DOUT, DIN);
+	int b = INIT_PARAM(&g, "b", normal, DOUT);
+	int fc = OP(&g, FLOW_OP_MATMUL, "fc", x, w, b);
+	int act = OP(&g, FLOW_OP_GELU, "act", fc);
+	int dy = graphutil_must(flow_graph_backward_from(&g, act, &diag), &diag);
+	flow_exec_t *e = exec_new(&g, set);
+	float *xv = flow_exec_tensor(e, x), *dyv = flow_exec_tensor(e, dy);
+
+	flow_exec_init_params(e, 99);
+	for (int i = 0; i < DN * DIN; i++)
+		xv[i] = (float)((i * 7) % 13) / 6.0f - 1.0f;
+	for (int i = 0; i < DN * DOUT; i++)
+		dyv[i] = (float)((i * 5) % 11) / 10.0f - 0.5f;
+	graphutil_forward(e);
+	/* act's output lives until the backward pass reuses its bytes. */
+	memcpy(y_out, flow_exec_tensor(e, act), sizeof(y));
+	graphutil_backward(e);
+
+	const float *wv = flow_exec_tensor(e, w), *bv = flow_exec_tensor(e, b);
+	k->matmul_forward(h, xv, wv, bv, DN, DIN, DOUT);
+	k->gelu_forward(y, h, DN * DOUT);
+	k->gelu_backward(dh, h, dyv, DN * DOUT);
+	k->matmul_backward(NULL, dw, db, dh, xv, wv, DN, DIN, DOUT);
+	assert_memory_equal(y_out, y, sizeof(y));
+	assert_memory_equal(flow_exec_tensor(e, g.tensors[w].grad), dw,
+			    sizeof(dw));
+	assert_memory_equal(flow_exec_tensor(e, g.tensors[b].grad), db,
+			    sizeof(db));
+	flow_exec_free(e);
+	flow_graph_release(&g);
+}
+
+static void test_exec_runs_the_kernels_of_its_set(void **state)
+{
+	float cpu[DN * DOUT], ref[DN * DOUT];
+
+	(void)state;
+	exec_by_hand(FLOW_KERNELS_CPU, &flow_cpu_kernels, cpu);
+	exec_by_hand(FLOW_KERNELS_REF, &flow_ref_kernels, ref);
+	/* The sets round differently here, so each executor ran its own. */
+	assert_true(memcmp(cpu, ref, sizeof(cpu)) != 0);
+}
 
 static void test_exec_cpu_matches_reference(void **state)
 {
@@ -383,6 +489,35 @@ static void test_exec_init_depends_on_names_and_seed_only(void **state)
 
 /* ---- storage ----------------------------------------------------------------------- */
 
+/* The host storage: zeroed, 64-byte aligned blocks (a valid, unique one for
+ * 0 bytes), a range cleared exactly, NULL freed as nothing. */
+static void test_exec_host_storage_gives_zeroed_aligned_blocks(void **state)
+{
+	const flow_exec_storage_t *st = &flow_exec_storage_host;
+	unsigned char *p, *e0, *e1;
+
+	(void)state;
+	assert_string_equal(st->name, "host");
+	p = st->alloc(100);
+	assert_non_null(p);
+	assert_int_equal((uintptr_t)p % 64, 0);
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(p[i], 0);
+	memset(p, 0xab, 100);
+	st->zero(p + 8, 16);
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(p[i], i >= 8 && i < 24 ? 0 : 0xab);
+	e0 = st->alloc(0);
+	e1 = st->alloc(0);
+	assert_non_null(e0);
+	assert_non_null(e1);
+	assert_ptr_not_equal(e0, e1);
+	st->free(e1);
+	st->free(e0);
+	st->free(p);
+	st->free(NULL);
+}
+
 static void test_exec_storage_is_aligned_and_grads_mirror_params(void **state)
 {
 	flow_graph_t g;
@@ -562,6 +697,8 @@ static void test_exec_profile_counts_every_op_kind(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_exec_kernel_tables_are_filled),
+		cmocka_unit_test(test_exec_runs_the_kernels_of_its_set),
 		cmocka_unit_test(test_exec_cpu_matches_reference),
 		cmocka_unit_test(test_exec_backward_clears_activation_gradients),
 		cmocka_unit_test(test_exec_param_grads_accumulate_across_passes),
@@ -571,6 +708,7 @@ int main(void)
 		cmocka_unit_test(test_exec_init_depends_on_names_and_seed_only),
 		cmocka_unit_test(
 			test_exec_storage_is_aligned_and_grads_mirror_params),
+		cmocka_unit_test(test_exec_host_storage_gives_zeroed_aligned_blocks),
 		cmocka_unit_test(test_exec_runs_a_forward_only_graph),
 		cmocka_unit_test(test_exec_new_rejects_bad_graphs_and_kernel_sets),
 		cmocka_unit_test(test_exec_profile_counts_every_op_kind),

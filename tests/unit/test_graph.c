@@ -475,6 +475,38 @@ static void test_graph_op_table_is_consistent(void **state)
 	assert_string_equal(flow_role_name(FLOW_ROLE_SAVED), "saved");
 }
 
+/* The signature-only kinds come after the graph kinds and are none of
+ * them: no definition, no name to parse, no place in a graph. */
+static void test_graph_signature_only_kinds_are_not_graph_kinds(void **state)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_op_kind_t kind = FLOW_OP_GELU;
+	flow_graph_t g;
+
+	(void)state;
+	assert_int_equal(FLOW_OP_LAYERNORM_PARAM_GRAD, FLOW_OP_KIND_COUNT);
+	assert_int_equal(FLOW_OP_BROADCAST_ADD + 1, FLOW_OP_ALL_KIND_COUNT);
+	for (int k = FLOW_OP_KIND_COUNT; k < FLOW_OP_ALL_KIND_COUNT; k++)
+		assert_null(flow_op_def((flow_op_kind_t)k));
+	assert_int_equal(flow_op_kind_parse("reshape", &kind, &diag),
+			 FLOW_ERR_USAGE);
+	assert_string_equal(diag.msg, "unknown op 'reshape'");
+	assert_int_equal(kind, FLOW_OP_GELU);
+
+	flow_graph_init(&g);
+	int x = INPUT(&g, "x", FLOW_DTYPE_F32, 2, 4);
+	add_op_fails(&g, FLOW_OP_RESHAPE, "r", INS(x), NULL,
+		     "r: op kind 15 is not a forward op");
+	add_op(&g, FLOW_OP_GELU, "act", INS(x), NULL);
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_graph_validate(&g, &diag), FLOW_OK);
+	g.ops[0].kind = FLOW_OP_REDUCE_SUM;
+	assert_int_equal(flow_graph_validate(&g, &diag), FLOW_ERR_FORMAT);
+	assert_string_equal(diag.msg, "op 0 (act): kind 17 does not belong in "
+				      "the forward pass");
+	flow_graph_release(&g);
+}
+
 /* ---- a small model, for validation, statistics and printing ---------------- */
 
 /* tokens -> embedding (wte tied with the head) -> layernorm -> matmul ->
@@ -895,6 +927,7 @@ int main(void)
 		cmocka_unit_test(test_graph_shape_errors_name_the_op_and_input),
 		cmocka_unit_test(test_graph_set_loss_wants_cross_entropy_losses),
 		cmocka_unit_test(test_graph_op_table_is_consistent),
+		cmocka_unit_test(test_graph_signature_only_kinds_are_not_graph_kinds),
 		cmocka_unit_test(test_graph_stats_count_roles_and_passes),
 		cmocka_unit_test(test_graph_backward_names_ops_and_gradients),
 		cmocka_unit_test(test_graph_backward_needs_a_loss),

@@ -250,6 +250,59 @@ static void test_signature_unknown_op(void **state)
 	list_fails(&q, "no signatures for unknown op 'matmull'");
 }
 
+/* Every op with signatures, graph op or signature-only, is found by its
+ * name in the op registry: an empty query fails the counts check of the
+ * definition that answered, which names the op and its input counts.
+ * Boxing, whose layouts the localizer chooses, has none. */
+static void test_signature_every_op_resolves_through_the_registry(void **state)
+{
+	static const struct {
+		const char *op, *msg;
+	} want[] = {
+		{ "embedding", "embedding: takes 3 inputs, not 0" },
+		{ "layernorm", "layernorm: takes 3 inputs, not 0" },
+		{ "matmul", "matmul: takes 2 to 3 inputs, not 0" },
+		{ "attention", "attention: takes 1 inputs, not 0" },
+		{ "gelu", "gelu: takes 1 inputs, not 0" },
+		{ "add", "add: takes 2 inputs, not 0" },
+		{ "cross_entropy", "cross_entropy: takes 2 inputs, not 0" },
+		{ "embedding_backward",
+		  "embedding_backward: takes 2 inputs, not 0" },
+		{ "layernorm_backward",
+		  "layernorm_backward: takes 5 inputs, not 0" },
+		{ "matmul_backward", "matmul_backward: takes 3 inputs, not 0" },
+		{ "attention_backward",
+		  "attention_backward: takes 3 inputs, not 0" },
+		{ "gelu_backward", "gelu_backward: takes 2 inputs, not 0" },
+		{ "add_backward", "add_backward: takes 1 inputs, not 0" },
+		{ "boxing", "no signatures for unknown op 'boxing'" },
+		/* The signature-only ops. */
+		{ "layernorm_param_grad",
+		  "layernorm_param_grad: takes 4 inputs, not 0" },
+		{ "reshape", "reshape: takes 1 inputs, not 0" },
+		{ "transpose", "transpose: takes 1 inputs, not 0" },
+		{ "reduce_sum", "reduce_sum: takes 1 inputs, not 0" },
+		{ "reduce_mean", "reduce_mean: takes 1 inputs, not 0" },
+		{ "bias_add", "bias_add: takes 2 inputs, not 0" },
+		{ "broadcast_add", "broadcast_add: takes 2 inputs, not 0" },
+	};
+	flow_sig_query_t q;
+
+	(void)state;
+	assert_int_equal(COUNT(want), FLOW_OP_ALL_KIND_COUNT);
+	for (int i = 0; i < COUNT(want); i++) {
+		q = query(want[i].op);
+		list_fails(&q, want[i].msg);
+	}
+	/* In kind order: the graph kinds first, under their definitions'
+	 * names. */
+	for (int k = 0; k < FLOW_OP_KIND_COUNT; k++)
+		assert_string_equal(flow_op_def((flow_op_kind_t)k)->name,
+				    want[k].op);
+	q = query(NULL);
+	list_fails(&q, "no signatures for unknown op ''");
+}
+
 static flow_sig_query_t embedding_query(void)
 {
 	flow_sig_query_t q = query("embedding");
@@ -2002,6 +2055,7 @@ int main(void)
 		cmocka_unit_test(test_signature_matmul_list),
 		cmocka_unit_test(test_signature_matmul_rejects_shapes),
 		cmocka_unit_test(test_signature_unknown_op),
+		cmocka_unit_test(test_signature_every_op_resolves_through_the_registry),
 		cmocka_unit_test(test_signature_embedding_list),
 		cmocka_unit_test(test_signature_layernorm_rows_follow_the_statistics),
 		cmocka_unit_test(test_signature_layernorm_list),

@@ -1,0 +1,28 @@
+/* The CPU kernel set's table (flow/kernels.h): what the executor
+ * calls for FLOW_KERNELS_CPU, the kernels of lib/kernels/cpu/. */
+#include <config.h>
+
+#include <flow/kernels.h>
+
+const flow_kernels_t flow_cpu_kernels = {
+	.name = "cpu",
+	.matmul_forward = flow_cpu_matmul_forward,
+	.matmul_backward = flow_cpu_matmul_backward,
+	.embedding_forward = flow_cpu_embedding_forward,
+	.embedding_backward = flow_cpu_embedding_backward,
+	.layernorm_forward = flow_cpu_layernorm_forward,
+	.layernorm_backward = flow_cpu_layernorm_backward,
+	.gelu_forward = flow_cpu_gelu_forward,
+	.gelu_backward = flow_cpu_gelu_backward,
+	.attention_forward = flow_cpu_attention_forward,
+	.attention_scratch_bound = flow_cpu_attention_scratch_bound,
+	.attention_backward = flow_cpu_attention_backward,
+	.residual_forward = flow_cpu_residual_forward,
+	.residual_backward = flow_cpu_residual_backward,
+	.cross_entropy_forward_backward =
+		flow_cpu_cross_entropy_forward_backward,
+	.adamw_update = flow_cpu_adamw_update,
+	.sum_squares = flow_cpu_sum_squares,
+	.scale = flow_cpu_scale,
+	.clip_grad_norm = flow_cpu_clip_grad_norm,
+};

@@ -1,0 +1,28 @@
+/* The reference kernel set's table (flow/kernels_ref.h): what the executor
+ * calls for FLOW_KERNELS_REF, the naive kernels of lib/kernels/ref/ref.c. */
+#include <config.h>
+
+#include <flow/kernels_ref.h>
+
+const flow_kernels_t flow_ref_kernels = {
+	.name = "ref",
+	.matmul_forward = flow_ref_matmul_forward,
+	.matmul_backward = flow_ref_matmul_backward,
+	.embedding_forward = flow_ref_embedding_forward,
+	.embedding_backward = flow_ref_embedding_backward,
+	.layernorm_forward = flow_ref_layernorm_forward,
+	.layernorm_backward = flow_ref_layernorm_backward,
+	.gelu_forward = flow_ref_gelu_forward,
+	.gelu_backward = flow_ref_gelu_backward,
+	.attention_forward = flow_ref_attention_forward,
+	.attention_scratch_bound = flow_ref_attention_scratch_bound,
+	.attention_backward = flow_ref_attention_backward,
+	.residual_forward = flow_ref_residual_forward,
+	.residual_backward = flow_ref_residual_backward,
+	.cross_entropy_forward_backward =
+		flow_ref_cross_entropy_forward_backward,
+	.adamw_update = flow_ref_adamw_update,
+	.sum_squares = flow_ref_sum_squares,
+	.scale = flow_ref_scale,
+	.clip_grad_norm = flow_ref_clip_grad_norm,
+};

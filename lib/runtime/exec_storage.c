@@ -1,0 +1,26 @@
+/* The executor's storage in host memory (flow/exec.h,
+ * flow_exec_storage_host): the storage of the CPU and reference kernel
+ * sets, over flow/mem.h's aligned allocation. */
+#include <config.h>
+
+#include <string.h>
+
+#include <flow/exec.h>
+#include <flow/mem.h>
+
+static void *host_alloc(size_t bytes)
+{
+	return flow_calloc(1, bytes);
+}
+
+static void host_zero(void *ptr, size_t bytes)
+{
+	memset(ptr, 0, bytes);
+}
+
+const flow_exec_storage_t flow_exec_storage_host = {
+	.name = "host",
+	.alloc = host_alloc,
+	.free = flow_free,
+	.zero = host_zero,
+};
