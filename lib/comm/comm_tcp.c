@@ -243,10 +243,7 @@ static int send_some(xfer_t *x, bool *progress)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return TCP_IO_WAIT;
-			return tcp_errno_is_closed(errno) ? TCP_IO_CLOSED
-							  : TCP_IO_ERROR;
+			return tcp_io_failure(errno);
 		}
 		*progress = true;
 		send_advance(x, (size_t)n);
@@ -330,10 +327,7 @@ static int recv_some(xfer_t *x, bool *progress, flow_err_t *err,
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return TCP_IO_WAIT;
-			return tcp_errno_is_closed(errno) ? TCP_IO_CLOSED
-							  : TCP_IO_ERROR;
+			return tcp_io_failure(errno);
 		}
 		*progress = true;
 		x->roff += (size_t)n;

@@ -118,10 +118,7 @@ static int io_write(int fd, const uint8_t *buf, size_t len, size_t *done)
 		}
 		if (errno == EINTR)
 			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
-			return TCP_IO_WAIT;
-		return tcp_errno_is_closed(errno) ? TCP_IO_CLOSED
-						  : TCP_IO_ERROR;
+		return tcp_io_failure(errno);
 	}
 	return TCP_IO_DONE;
 }

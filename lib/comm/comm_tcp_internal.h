@@ -133,11 +133,16 @@ enum {
 	TCP_IO_ERROR = -2,  /* any other failure, errno set */
 };
 
-/* Whether a failed send or recv's errno means the peer is gone. */
-static inline bool tcp_errno_is_closed(int e)
+/* What a send or recv that failed with errno e (not EINTR, which the
+ * caller retries) comes to: TCP_IO_WAIT, TCP_IO_CLOSED or TCP_IO_ERROR. */
+static inline int tcp_io_failure(int e)
 {
-	return e == ECONNRESET || e == EPIPE || e == ENOTCONN ||
-	       e == ECONNABORTED || e == ETIMEDOUT;
+	if (e == EAGAIN || e == EWOULDBLOCK)
+		return TCP_IO_WAIT;
+	if (e == ECONNRESET || e == EPIPE || e == ENOTCONN ||
+	    e == ECONNABORTED || e == ETIMEDOUT)
+		return TCP_IO_CLOSED;
+	return TCP_IO_ERROR;
 }
 
 /* Read until *got == want, without blocking: TCP_IO_DONE, TCP_IO_WAIT
@@ -155,10 +160,7 @@ static inline int tcp_io_read(int fd, uint8_t *buf, size_t want, size_t *got)
 			return TCP_IO_CLOSED;
 		if (errno == EINTR)
 			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
-			return TCP_IO_WAIT;
-		return tcp_errno_is_closed(errno) ? TCP_IO_CLOSED
-						  : TCP_IO_ERROR;
+		return tcp_io_failure(errno);
 	}
 	return TCP_IO_DONE;
 }
