@@ -19,7 +19,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <stdlib.h>
 #include <string.h>
 
 #include <flow/boxing_exec.h>
@@ -28,6 +27,7 @@
 #include <flow/world.h>
 
 #include "sbputil.h"
+#include "worldutil.h"
 
 /* Bytes after the destination piece the executor must leave alone. */
 #define GUARD_BYTES 64
@@ -40,26 +40,14 @@ static flow_comm_t *comm;
 
 static int setup(void **state)
 {
-	flow_diag_t diag = FLOW_DIAG_INIT;
 	(void)state;
-	/* Inherited launcher variables would change what init sees. */
-	unsetenv("PMIX_NAMESPACE");
-	unsetenv("SLURM_STEP_NUM_TASKS");
-	unsetenv("OMPI_COMM_WORLD_SIZE");
-	unsetenv("PMI_SIZE");
-	if (flow_world_init(&world, 5.0, &diag) != FLOW_OK ||
-	    flow_comm_world(world, FLOW_COMM_CPU, &comm, &diag) != FLOW_OK) {
-		print_error("%s\n", diag.msg);
-		return -1;
-	}
-	return 0;
+	return worldutil_singleton_open(5.0, &world, &comm);
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	flow_comm_free(comm);
-	return flow_world_free(world, NULL) == FLOW_OK ? 0 : -1;
+	return worldutil_singleton_close(world, comm);
 }
 
 static flow_shape_t shape_of(int ndim, const int64_t *dims)
@@ -186,46 +174,43 @@ static void assert_runs_as_simulated(const flow_boxing_plan_t *plan)
 
 /* ---- flow_boxing_comms_new and _axes ----------------------------------- */
 
-static void test_boxing_exec_comms_new_refuses_a_mesh_of_another_size(void **state)
+/* flow_boxing_comms_new of mesh, which must refuse with err and message
+ * and leave its output alone. */
+static void assert_comms_new_refused(const flow_mesh_t *mesh, flow_err_t err,
+				     const char *message)
 {
 	flow_boxing_comms_t *comms = (flow_boxing_comms_t *)&comms;
 	flow_diag_t diag = FLOW_DIAG_INIT;
+	assert_int_equal(flow_boxing_comms_new(comm, mesh, &comms, &diag), err);
+	assert_string_equal(diag.msg, message);
+	assert_ptr_equal(comms, (flow_boxing_comms_t *)&comms);
+}
+
+static void test_boxing_exec_comms_new_refuses_a_mesh_of_another_size(void **state)
+{
 	flow_mesh_t mesh = mesh_of("2x2");
 	(void)state;
-	assert_int_equal(flow_boxing_comms_new(comm, &mesh, &comms, &diag),
-			 FLOW_ERR_USAGE);
-	assert_string_equal(diag.msg,
-			    "boxing: mesh '2x2' has 4 ranks, the communicator 1");
-	/* Refused: the output is untouched. */
-	assert_ptr_equal(comms, (flow_boxing_comms_t *)&comms);
+	assert_comms_new_refused(&mesh, FLOW_ERR_USAGE,
+				 "boxing: mesh '2x2' has 4 ranks, the communicator 1");
 }
 
 static void test_boxing_exec_comms_new_refuses_a_mesh_of_other_ranks(void **state)
 {
-	flow_boxing_comms_t *comms = NULL;
-	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_mesh_t mesh = mesh_of("1@3");
 	(void)state;
-	assert_int_equal(flow_boxing_comms_new(comm, &mesh, &comms, &diag),
-			 FLOW_ERR_USAGE);
-	assert_string_equal(diag.msg,
-			    "boxing: mesh '1@3' does not cover world rank 0 of the communicator");
-	assert_null(comms);
+	assert_comms_new_refused(&mesh, FLOW_ERR_USAGE,
+				 "boxing: mesh '1@3' does not cover world rank 0 of the communicator");
 }
 
 static void test_boxing_exec_comms_new_refuses_an_invalid_mesh(void **state)
 {
-	flow_boxing_comms_t *comms = NULL;
-	flow_diag_t diag = FLOW_DIAG_INIT, want = FLOW_DIAG_INIT;
+	flow_diag_t want = FLOW_DIAG_INIT;
 	flow_mesh_t mesh = mesh_of("1");
 	(void)state;
 	mesh.dims[0] = 0;
 	/* The mesh's own check words it. */
 	assert_int_equal(flow_mesh_check(&mesh, &want), FLOW_ERR_USAGE);
-	assert_int_equal(flow_boxing_comms_new(comm, &mesh, &comms, &diag),
-			 FLOW_ERR_USAGE);
-	assert_string_equal(diag.msg, want.msg);
-	assert_null(comms);
+	assert_comms_new_refused(&mesh, FLOW_ERR_USAGE, want.msg);
 }
 
 static void test_boxing_exec_comms_new_refuses_an_nccl_communicator(void **state)

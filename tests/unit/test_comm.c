@@ -11,37 +11,26 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <stdlib.h>
 #include <string.h>
 
 #include <flow/bench_comm.h>
 #include <flow/comm.h>
+
+#include "worldutil.h"
 
 static flow_world_t *world;
 static flow_comm_t *comm;
 
 static int setup(void **state)
 {
-	flow_diag_t diag = FLOW_DIAG_INIT;
 	(void)state;
-	/* Inherited launcher variables would change what init sees. */
-	unsetenv("PMIX_NAMESPACE");
-	unsetenv("SLURM_STEP_NUM_TASKS");
-	unsetenv("OMPI_COMM_WORLD_SIZE");
-	unsetenv("PMI_SIZE");
-	if (flow_world_init(&world, 5.0, &diag) != FLOW_OK ||
-	    flow_comm_world(world, FLOW_COMM_CPU, &comm, &diag) != FLOW_OK) {
-		print_error("%s\n", diag.msg);
-		return -1;
-	}
-	return 0;
+	return worldutil_singleton_open(5.0, &world, &comm);
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	flow_comm_free(comm);
-	return flow_world_free(world, NULL) == FLOW_OK ? 0 : -1;
+	return worldutil_singleton_close(world, comm);
 }
 
 static void test_comm_world_of_a_singleton_is_one_rank_of_self(void **state)

@@ -32,16 +32,14 @@
 #include <flow/launch.h>
 
 #include "testutil.h"
+#include "worldutil.h"
 
 static char tmpdir[256];
 
 static int setup(void **state)
 {
 	(void)state;
-	/* Inherited launcher variables would change what the launcher sees. */
-	unsetenv("SLURM_STEP_NUM_TASKS");
-	unsetenv("OMPI_COMM_WORLD_SIZE");
-	unsetenv("PMI_SIZE");
+	worldutil_clear_launcher_environment();
 	return testutil_mkdtemp(tmpdir, sizeof(tmpdir), "launch");
 }
 

@@ -126,6 +126,19 @@ static void test_textrec_next_refuses_a_last_line_without_newline(void **state)
 	flow_textrec_release(&rd.r);
 }
 
+/* Split the first line of text with strict_format and expect message. */
+static void assert_split_fails(const char *text, const char *message)
+{
+	reader_t rd;
+	char *line;
+	size_t len;
+	reader_open(&rd, &strict_format, text);
+	assert_int_equal(flow_textrec_next(&rd.r, &line, &len), 1);
+	assert_int_equal(flow_textrec_split(&rd.r, line), FLOW_ERR_FORMAT);
+	assert_string_equal(rd.diag.msg, message);
+	flow_textrec_release(&rd.r);
+}
+
 static void test_textrec_split_on_blanks_skips_runs_of_them(void **state)
 {
 	reader_t rd;
@@ -155,11 +168,7 @@ static void test_textrec_split_refuses_more_fields_than_the_most(void **state)
 	assert_string_equal(rd.diag.msg, "t.txt:2: too many fields");
 	flow_textrec_release(&rd.r);
 
-	reader_open(&rd, &strict_format, "1 2 3 4 5 6 7 8 9\n");
-	assert_int_equal(flow_textrec_next(&rd.r, &line, &len), 1);
-	assert_int_equal(flow_textrec_split(&rd.r, line), FLOW_ERR_FORMAT);
-	assert_string_equal(rd.diag.msg, "t.txt:1: too many fields");
-	flow_textrec_release(&rd.r);
+	assert_split_fails("1 2 3 4 5 6 7 8 9\n", "t.txt:1: too many fields");
 }
 
 static void test_textrec_split_on_single_spaces_keeps_tabs(void **state)
@@ -172,19 +181,6 @@ static void test_textrec_split_on_single_spaces_keeps_tabs(void **state)
 	assert_string_equal(rd.r.fields[0], "key");
 	assert_string_equal(rd.r.fields[1], "a\tb");
 	assert_string_equal(rd.r.fields[2], "c");
-	flow_textrec_release(&rd.r);
-}
-
-/* Split the first line of text with strict_format and expect message. */
-static void assert_split_fails(const char *text, const char *message)
-{
-	reader_t rd;
-	char *line;
-	size_t len;
-	reader_open(&rd, &strict_format, text);
-	assert_int_equal(flow_textrec_next(&rd.r, &line, &len), 1);
-	assert_int_equal(flow_textrec_split(&rd.r, line), FLOW_ERR_FORMAT);
-	assert_string_equal(rd.diag.msg, message);
 	flow_textrec_release(&rd.r);
 }
 

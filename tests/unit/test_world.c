@@ -31,19 +31,7 @@
 
 #include <flow/world.h>
 
-/* Variables that tell flow_world_init it is one of several tasks, or
- * where its PMIx server is.  An inherited one would change what it sees. */
-static const char *const launcher_vars[] = {
-	"PMIX_NAMESPACE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS",
-	"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS",
-};
-
-static void clear_launcher_environment(void)
-{
-	for (size_t i = 0; i < sizeof(launcher_vars) / sizeof(launcher_vars[0]);
-	     i++)
-		unsetenv(launcher_vars[i]);
-}
+#include "worldutil.h"
 
 /* What flow_world_init gave in a child process. */
 typedef struct init_result {
@@ -294,7 +282,8 @@ int main(void)
 		cmocka_unit_test(test_world_job_hash_is_fnv1a_64),
 		cmocka_unit_test(test_world_free_and_abort_accept_null),
 	};
-	clear_launcher_environment();
+	/* An inherited launcher variable would change what init sees. */
+	worldutil_clear_launcher_environment();
 	int failed = cmocka_run_group_tests_name("refusals", refusals, NULL,
 						 NULL);
 	return failed + cmocka_run_group_tests_name("singleton", singleton,
