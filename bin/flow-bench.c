@@ -109,13 +109,17 @@ static const struct option long_options[] = {
 
 #define MAX_SHAPES 64
 
+typedef struct bench_mode bench_mode_t;
+
 typedef struct bench_opts {
 	flow_bench_config_t cfg;
 	const char *shape_text[MAX_SHAPES];
 	size_t nshape_text;
-	/* Positional arguments after the mode. */
+	/* Positional arguments: the mode's name and then its own, until
+	 * validate() takes the name off and sets mode. */
 	char **args;
 	int nargs;
+	const bench_mode_t *mode;
 	/* Filled by the mode's validation. */
 	flow_bench_kernel_t kernels[FLOW_BENCH_NKERNELS];
 	size_t nkernels;
@@ -131,11 +135,11 @@ typedef struct bench_opts {
 	flow_bench_coll_t coll;
 } bench_opts_t;
 
-typedef struct bench_mode {
+struct bench_mode {
 	const char *name;
 	void (*validate)(const flow_tool_t *tool, bench_opts_t *o);
 	int (*run)(const flow_tool_t *tool, bench_opts_t *o);
-} bench_mode_t;
+};
 
 /* ---- mode "kernel" ---------------------------------------------------------- */
 
@@ -481,12 +485,112 @@ static const bench_mode_t *find_mode(const char *name)
 	return NULL;
 }
 
+/* ---- options ---------------------------------------------------------------- */
+
+static void opts_init(bench_opts_t *o)
+{
+	memset(o, 0, sizeof(*o));
+	flow_bench_config_init(&o->cfg);
+	o->min_bytes = 8;
+	o->max_bytes = 32u << 20;
+	o->factor = 2;
+	o->dtype_text = "f32";
+	o->backend_text = "cpu";
+	o->timeout_s = FLOW_COMM_TIMEOUT_DEFAULT;
+}
+
+static void parse_options(flow_tool_t *tool, bench_opts_t *o, int argc,
+			  char **argv)
+{
+	int opt;
+	while ((opt = getopt_long(argc, argv, ":" FLOW_COMMON_SHORT_OPTIONS "b:e:f:",
+				  long_options, NULL)) != -1) {
+		if (flow_tool_common_option(tool, opt, argv))
+			continue;
+		switch (opt) {
+		case OPT_SHAPE:
+			if (o->nshape_text == MAX_SHAPES)
+				flow_tool_usage_error(tool,
+						      "too many '--shape' options (at most %d)",
+						      MAX_SHAPES);
+			o->shape_text[o->nshape_text++] = optarg;
+			break;
+		case OPT_ITERS:
+			o->cfg.iters = (unsigned)flow_tool_int(tool, "--iters",
+							       optarg, 1, 1000000);
+			o->iters_given = true;
+			break;
+		case OPT_WARMUP:
+			o->cfg.warmup = (unsigned)flow_tool_int(tool, "--warmup",
+								optarg, 0, 1000000);
+			o->warmup_given = true;
+			break;
+		case OPT_SEED:
+			o->cfg.seed = (uint64_t)flow_tool_int(tool, "--seed",
+							      optarg, 0, INT64_MAX);
+			break;
+		case OPT_RTOL:
+			o->cfg.rtol = flow_tool_double(tool, "--rtol", optarg,
+						       0.0, 1e6);
+			break;
+		case OPT_ATOL:
+			o->cfg.atol = flow_tool_double(tool, "--atol", optarg,
+						       0.0, 1e6);
+			break;
+		case OPT_PEAK_GFLOPS:
+			o->cfg.peak_gflops = flow_tool_double(tool, "--peak-gflops",
+							      optarg, 1e-3, 1e12);
+			break;
+		case 'b':
+			o->min_bytes = flow_tool_size(tool, "--minbytes", optarg);
+			break;
+		case 'e':
+			o->max_bytes = flow_tool_size(tool, "--maxbytes", optarg);
+			break;
+		case 'f':
+			o->factor = (uint64_t)flow_tool_int(tool, "--stepfactor",
+							    optarg, 1, 1 << 20);
+			break;
+		case OPT_DTYPE:
+			o->dtype_text = optarg;
+			break;
+		case OPT_BACKEND:
+			o->backend_text = optarg;
+			break;
+		case OPT_NPROC:
+			/* Handled by flow_tool_launch_if_asked, which lets
+			 * --help and --version through to here. */
+			break;
+		case OPT_COMM_TIMEOUT:
+			o->timeout_s = flow_tool_double(tool, "--comm-timeout",
+							optarg, 0.001, 1e6);
+			break;
+		default:
+			flow_tool_usage_error(tool, "unknown option '%s'",
+					      argv[optind - 1]);
+		}
+	}
+	o->args = argv + optind;
+	o->nargs = argc - optind;
+}
+
+/* The mode, then what the mode itself checks. */
+static void validate(flow_tool_t *tool, bench_opts_t *o)
+{
+	if (o->nargs < 1)
+		flow_tool_usage_error(tool, "missing mode (kernel or comm)");
+	o->mode = find_mode(o->args[0]);
+	if (!o->mode)
+		flow_tool_usage_error(tool, "unknown mode '%s'", o->args[0]);
+	o->args++;
+	o->nargs--;
+	o->mode->validate(tool, o);
+}
+
 int main(int argc, char **argv)
 {
 	flow_tool_t tool;
 	bench_opts_t o;
-	const bench_mode_t *mode;
-	int opt;
 
 	/* 1. Options. */
 	flow_tool_init(&tool, "flow-bench", help_text,
@@ -494,94 +598,14 @@ int main(int argc, char **argv)
 	int launched = flow_tool_launch_if_asked(&tool, argc, argv);
 	if (launched >= 0)
 		return launched;
-	memset(&o, 0, sizeof(o));
-	flow_bench_config_init(&o.cfg);
-	o.min_bytes = 8;
-	o.max_bytes = 32u << 20;
-	o.factor = 2;
-	o.dtype_text = "f32";
-	o.backend_text = "cpu";
-	o.timeout_s = FLOW_COMM_TIMEOUT_DEFAULT;
-	while ((opt = getopt_long(argc, argv, ":" FLOW_COMMON_SHORT_OPTIONS "b:e:f:",
-				  long_options, NULL)) != -1) {
-		if (flow_tool_common_option(&tool, opt, argv))
-			continue;
-		switch (opt) {
-		case OPT_SHAPE:
-			if (o.nshape_text == MAX_SHAPES)
-				flow_tool_usage_error(&tool,
-						      "too many '--shape' options (at most %d)",
-						      MAX_SHAPES);
-			o.shape_text[o.nshape_text++] = optarg;
-			break;
-		case OPT_ITERS:
-			o.cfg.iters = (unsigned)flow_tool_int(&tool, "--iters",
-							      optarg, 1, 1000000);
-			o.iters_given = true;
-			break;
-		case OPT_WARMUP:
-			o.cfg.warmup = (unsigned)flow_tool_int(&tool, "--warmup",
-							       optarg, 0, 1000000);
-			o.warmup_given = true;
-			break;
-		case OPT_SEED:
-			o.cfg.seed = (uint64_t)flow_tool_int(&tool, "--seed",
-							     optarg, 0, INT64_MAX);
-			break;
-		case OPT_RTOL:
-			o.cfg.rtol = flow_tool_double(&tool, "--rtol", optarg,
-						      0.0, 1e6);
-			break;
-		case OPT_ATOL:
-			o.cfg.atol = flow_tool_double(&tool, "--atol", optarg,
-						      0.0, 1e6);
-			break;
-		case OPT_PEAK_GFLOPS:
-			o.cfg.peak_gflops = flow_tool_double(&tool, "--peak-gflops",
-							     optarg, 1e-3, 1e12);
-			break;
-		case 'b':
-			o.min_bytes = flow_tool_size(&tool, "--minbytes", optarg);
-			break;
-		case 'e':
-			o.max_bytes = flow_tool_size(&tool, "--maxbytes", optarg);
-			break;
-		case 'f':
-			o.factor = (uint64_t)flow_tool_int(&tool, "--stepfactor",
-							   optarg, 1, 1 << 20);
-			break;
-		case OPT_DTYPE:
-			o.dtype_text = optarg;
-			break;
-		case OPT_BACKEND:
-			o.backend_text = optarg;
-			break;
-		case OPT_NPROC:
-			/* Handled by flow_tool_launch_if_asked, which lets
-			 * --help and --version through to here. */
-			break;
-		case OPT_COMM_TIMEOUT:
-			o.timeout_s = flow_tool_double(&tool, "--comm-timeout",
-						       optarg, 0.001, 1e6);
-			break;
-		default:
-			flow_tool_usage_error(&tool, "unknown option '%s'",
-					      argv[optind - 1]);
-		}
-	}
+	opts_init(&o);
+	parse_options(&tool, &o, argc, argv);
 
 	/* 2. Validation. */
-	if (optind >= argc)
-		flow_tool_usage_error(&tool, "missing mode (kernel or comm)");
-	mode = find_mode(argv[optind]);
-	if (!mode)
-		flow_tool_usage_error(&tool, "unknown mode '%s'", argv[optind]);
-	o.args = argv + optind + 1;
-	o.nargs = argc - optind - 1;
-	mode->validate(&tool, &o);
+	validate(&tool, &o);
 
 	/* 3 and 4. Measure, writing each record as it is measured. */
-	int status = mode->run(&tool, &o);
+	int status = o.mode->run(&tool, &o);
 
 	/* 5. Check standard output. */
 	return flow_tool_finish(&tool, status);

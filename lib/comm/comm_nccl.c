@@ -138,9 +138,12 @@ typedef struct gpu_id {
 	int32_t node;
 } gpu_id_t;
 
-/* device = local rank % visible devices (pmix-slurm.md §8); two ranks of
- * one node on the same GPU would reach NCCL as a hang or a crash, so they
- * are refused here, naming both. */
+/* device = local rank % the devices CUDA shows, once CUDA_VISIBLE_DEVICES
+ * has applied: that is the local rank when every rank sees all the node's
+ * GPUs, and 0 when Slurm gives each rank one of its own (its values are
+ * never read as indices: they may be UUIDs, MIG ids or renumbered).  Two
+ * ranks of one node on the same GPU would reach NCCL as a hang or a crash,
+ * so they are refused here, naming both. */
 static flow_err_t pick_device(flow_comm_t *c, flow_diag_t *diag)
 {
 	const flow_world_info_t *me = flow_world_info(c->world);

@@ -2,9 +2,9 @@
  * `flow-bench --nproc N`.  This process becomes a PMIx server (libpmix's
  * server API), registers one namespace of N ranks on this node and forks N
  * copies of a program, which join the job with the ordinary PMIx client
- * calls, exactly as under srun --mpi=pmix or mpirun.  The design, the keys
- * registered and each libpmix 4.2 pitfall worked around here are recorded in
- * research/pmix-server.md; "§n" below points into it.
+ * calls, exactly as under srun --mpi=pmix or mpirun.  Where libpmix 4.2
+ * needs working around, the comment at that code says what it does and
+ * why.
  *
  * Unlike the rest of libflow, flow_launch prints.  For as long as the job
  * runs it *is* the tool, so what happens to the ranks (a rank failed, a
@@ -119,7 +119,9 @@ int flow_launch(const flow_launch_opts_t *opts, flow_diag_t *diag)
 
 #define MAX_RANKS 4096
 #define DEFAULT_GRACE_S 5.0
-#define REPEAT_SIGNAL_S 0.25 /* GNU timeout signals twice at once (§8.8) */
+/* GNU timeout sends its SIGTERM twice, to us and to our process group: a
+ * repeat sooner than this is not a second request. */
+#define REPEAT_SIGNAL_S 0.25
 #define TEARDOWN_S 5         /* longest wait for libpmix's own shutdown */
 /* A rank often aborts because a peer died; the dead peer's exit may reach
  * us a moment after the abort.  This long it may still take the blame. */
@@ -146,7 +148,8 @@ typedef struct launch {
 	int nranks;
 	struct rank *ranks;
 	pid_t self;
-	char host[256];     /* short hostname, the same everywhere (§8.10) */
+	char host[256];     /* short hostname, the same everywhere (see
+			       short_hostname) */
 	pmix_nspace_t nspace;
 	char dir[PATH_MAX]; /* private directory; "" until made */
 	int evfd;           /* read end of the event pipe */
@@ -174,8 +177,9 @@ static const int forwarded_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGUSR1,
 
 /* ---- what libpmix's progress thread may touch ------------------------ */
 
-/* Messages from the server callbacks to the main thread: fixed size, below
- * PIPE_BUF, so each write arrives whole (§2.5, §8.7). */
+/* The server callbacks run on libpmix's progress thread, so they only
+ * post an event through a pipe that the main thread reads.  Fixed size,
+ * below PIPE_BUF, so each write arrives whole. */
 enum { EV_CONNECTED, EV_FINALIZED, EV_ABORT };
 struct event {
 	int kind;
@@ -194,8 +198,11 @@ static int cb_fd = -1;
  * this process: libpmix 4.2.2 aborts the process ("bit out of range 0 -
  * FD_SETSIZE") when PMIx_server_init runs again after
  * PMIx_server_finalize, and after a failed job its teardown may block
- * forever (§8.1).  So it is never finalized; exiting is enough, since
- * nothing of it outlives the process.  Main thread only. */
+ * forever (libpmix 4.2.x frees the record of a rank that died during its
+ * PMIx_Init handshake twice, and PMIx_server_deregister_nspace or
+ * PMIx_server_finalize then waits on that record's mutex).  So it is
+ * never finalized; exiting is enough, since nothing of it outlives the
+ * process.  Main thread only. */
 static bool server_up;
 static char server_dir[PATH_MAX]; /* its PMIX_SERVER_TMPDIR */
 static unsigned job_seq;
@@ -220,7 +227,9 @@ static void post(int kind, const pmix_proc_t *proc, int status,
 	pthread_mutex_unlock(&cb_lock);
 }
 
-/* libpmix 4.2.2 passes no callback here (§3). */
+/* libpmix 4.2.2 calls this after a rank's handshake with no callback.
+ * The launcher needs it to tell a rank that exited before PMIx_Init from
+ * one that exited without PMIx_Finalize. */
 static pmix_status_t on_connected(const pmix_proc_t *proc, void *obj,
 				  pmix_op_cbfunc_t cbfunc, void *cbdata)
 {
@@ -241,8 +250,9 @@ static pmix_status_t on_finalized(const pmix_proc_t *proc, void *obj,
 	return PMIX_SUCCESS;
 }
 
-/* Without this callback PMIx_Abort does nothing at all (§3).  Whatever
- * procs it names, the whole job ends, as mpirun does for MPI_Abort. */
+/* Without this callback libpmix answers PMIx_Abort with success and does
+ * nothing: the job would run on.  Whatever procs it names, the whole job
+ * ends, as mpirun does for MPI_Abort. */
 static pmix_status_t on_abort(const pmix_proc_t *proc, void *obj, int status,
 			      const char msg[], pmix_proc_t procs[],
 			      size_t nprocs, pmix_op_cbfunc_t cbfunc,
@@ -255,15 +265,18 @@ static pmix_status_t on_abort(const pmix_proc_t *proc, void *obj, int status,
 }
 
 /* libpmix 4.2.2 hands the fence blob to the host and never frees it
- * (§8.3). */
+ * (although its header says the data stays the library's): without this
+ * release function every collecting fence would leak it. */
 static void release_blob(void *cbdata)
 {
 	free(cbdata);
 }
 
 /* With one node the locally collected blob is the global result: hand it
- * back with the local status.  libpmix completes all-local fences itself by
- * default (§8.4); this is for pmix_server_fence_localonly_opt=0. */
+ * back with the local status.  libpmix completes a fence whose members are
+ * all local by itself (pmix_server_fence_localonly_opt, on by default), so
+ * this runs only with that option off, and nothing may count on seeing
+ * fences here. */
 static pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs,
 			      const pmix_info_t info[], size_t ninfo,
 			      char *data, size_t ndata,
@@ -283,7 +296,8 @@ static pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs,
 }
 
 /* Everything else stays NULL: libpmix answers "not supported" to what would
- * need it, and direct_modex is only asked for procs on other nodes (§3). */
+ * need it, and asks direct_modex only for the data of procs on other
+ * nodes, which a one-node job has none of. */
 static pmix_server_module_t server_module = {
 	.client_connected = on_connected,
 	.client_finalized = on_finalized,
@@ -335,7 +349,9 @@ static bool is_rank(const launch_t *l, pid_t pid)
 }
 
 /* The node name as libpmix forms it: gethostname() up to the first dot,
- * unless it is an address (§8.10). */
+ * unless it is an address.  The server's PMIX_HOSTNAME and the node map
+ * must both carry it: under another name libpmix files the node's keys
+ * under a second node. */
 static void short_hostname(char *buf, size_t len)
 {
 	unsigned char addr[sizeof(struct in6_addr)];
@@ -391,7 +407,8 @@ static flow_err_t check_opts(const flow_launch_opts_t *opts,
 }
 
 /* A process that is already one of several ranks must not start ranks of
- * its own (§9.4); one of one (srun -n 1, mpirun -n 1) may. */
+ * its own: every rank of the outer job would start a job of its own, each
+ * training alone.  One of one (srun -n 1, mpirun -n 1) may. */
 static flow_err_t check_not_in_job(flow_diag_t *diag)
 {
 	static const char *const vars[] = { "SLURM_STEP_NUM_TASKS",
@@ -488,7 +505,9 @@ static void launch_init(launch_t *l, const flow_launch_opts_t *opts)
 }
 
 /* Short (socket paths must fit if some libpmix puts one there) and private
- * to this launcher (§2.1).  The server keeps the directory it was started
+ * to this launcher: libpmix keeps its shared-memory data store there when
+ * that store is used (clients reach the server over loopback TCP, not
+ * through the directory).  The server keeps the directory it was started
  * with, so a later job of this process makes it again under the same name
  * (mkdir fails rather than take over one that someone else made). */
 static flow_err_t make_private_dir(launch_t *l, flow_diag_t *diag)
@@ -520,7 +539,7 @@ static flow_err_t make_private_dir(launch_t *l, flow_diag_t *diag)
  * the mask and only our signalfd sees them.  One we were started with
  * ignored (nohup's SIGHUP, SIGINT of a background job) stays ignored.
  * SIGCHLD must not be ignored (children would reap themselves); SIGPIPE
- * must be: the server writes to clients that may be gone (§8.8). */
+ * must be: the server writes to clients that may be gone. */
 static flow_err_t take_process_state(launch_t *l, flow_diag_t *diag)
 {
 	struct sigaction dfl = { .sa_handler = SIG_DFL };
@@ -648,13 +667,18 @@ static void add_list(void *outer, pmix_status_t *rc, const char *key,
 /* ---- the server and the job ------------------------------------------ */
 
 /* No tool or system support: nothing listens for tools and no rendezvous
- * file is written; clients get the server's URI from
- * PMIx_server_setup_fork (§2.2). */
+ * file is written.  Clients get the server's URI, a loopback TCP port of
+ * its own (which keeps launchers running at once apart), from
+ * PMIx_server_setup_fork. */
 static flow_err_t start_server(launch_t *l, flow_diag_t *diag)
 {
 	if (server_up)
 		return FLOW_OK;
-	/* Job data in process memory, not shared-memory files (§8.6); a
+	/* Job data in each client's memory (the hash store), not in
+	 * libpmix's default shared-memory files: with those PMIx_Init is
+	 * slower, a PMIx_Get before a fence may miss a peer's data, a
+	 * killed rank may leave a lock held, and libpmix may still be
+	 * writing them while the directory is removed after a failure.  A
 	 * user's own choice wins. */
 	setenv("PMIX_MCA_gds", "hash", 0);
 	pmix_nspace_t srv;
@@ -755,8 +779,9 @@ static flow_err_t job_text_init(const launch_t *l, struct job_text *t,
 	return FLOW_OK;
 }
 
-/* Job level, asked with PMIX_RANK_WILDCARD (§4).  libpmix derives
- * PMIX_NODE_LIST and every rank's PMIX_HOSTNAME from the two maps. */
+/* Job level, asked with PMIX_RANK_WILDCARD; the universe is the job, as
+ * under Slurm.  libpmix derives PMIX_NODE_LIST and every rank's
+ * PMIX_HOSTNAME from the two maps. */
 static void describe_job(const launch_t *l, const struct job_text *t,
 			 void *job, pmix_status_t *rc)
 {
@@ -806,7 +831,7 @@ static void describe_app(const launch_t *l, const struct job_text *t,
 
 /* One node, one app: local, node, global and app rank all equal the rank.
  * PMIX_RANK must come first, and once PMIX_PROC_DATA is given libpmix no
- * longer derives LOCAL_RANK, NODE_RANK and NODEID itself (§8.10). */
+ * longer derives LOCAL_RANK, NODE_RANK and NODEID itself. */
 static void describe_rank(const launch_t *l, int r, void *job,
 			  pmix_status_t *rc)
 {
@@ -832,7 +857,7 @@ static bool pmix_ok(pmix_status_t rc)
 }
 
 /* Blocking calls (NULL callbacks) that return once libpmix has stored the
- * namespace and its clients (§2.3). */
+ * namespace and its clients, with PMIX_OPERATION_SUCCEEDED. */
 static flow_err_t register_job(const launch_t *l, flow_diag_t *diag)
 {
 	struct job_text t;
@@ -885,7 +910,7 @@ static bool outer_pmix_var(const char *s)
 }
 
 /* A deep malloc'd copy, since PMIx_server_setup_fork edits it in place and
- * frees what it replaces (§8.9).  NULL when out of memory. */
+ * frees what it replaces.  NULL when out of memory. */
 static char **copy_env(char *const *src, bool scrub)
 {
 	size_t n = 0, k = 0, bytes;
@@ -906,7 +931,8 @@ static char **copy_env(char *const *src, bool scrub)
 }
 
 /* The child side of fork().  libpmix runs threads, so only
- * async-signal-safe calls from here to execve (§8.7). */
+ * async-signal-safe calls from here to execve (the environment was built,
+ * and isatty checked, in the parent). */
 static _Noreturn void exec_rank(const launch_t *l, char **env, int errfd,
 				int stdin_fd)
 {
@@ -1184,8 +1210,11 @@ static void reap(launch_t *l)
 }
 
 /* The exit status a rank's end gives the job (0: it did its part), with
- * what happened in `what`.  Every rank is a flow program (§9.3): one that
- * leaves before PMIx_Finalize has failed, even with status 0. */
+ * what happened in `what`.  Every rank is a flow program, which joins the
+ * job and leaves it: one that leaves before PMIx_Finalize has failed, even
+ * with status 0.  (A launcher of any program could not tell a rank that
+ * exited 0 before PMIx_Init from a program without PMIx, and its peers
+ * would wait in their first fence forever.) */
 static int verdict(const struct rank *rk, char *what, size_t len)
 {
 	if (WIFSIGNALED(rk->status)) {
@@ -1351,8 +1380,8 @@ static void on_watchdog(int sig)
 }
 
 /* Only after a clean job: after a failure libpmix 4.2 may block forever
- * in its own teardown (§8.1), and the namespace can simply stay.  Even so,
- * a watchdog. */
+ * in its own teardown (see server_up), and the namespace can simply stay.
+ * Even so, a watchdog. */
 static void deregister_job(const launch_t *l)
 {
 	struct sigaction sa = { .sa_handler = on_watchdog }, old;

@@ -37,9 +37,11 @@ typedef struct flow_launch_opts {
  * When the launcher itself was ended by SIGINT/SIGTERM/SIGHUP it re-raises
  * that signal after the ranks are gone (the shell sees 128+N).
  * Returns -1 with diag set when nothing could be started: FLOW_ERR_NOTSUP
- * (a build without PMIx), FLOW_ERR_USAGE (already one of several PMIx
- * ranks: SLURM_STEP_NUM_TASKS > 1 or a PMIx job of size > 1), FLOW_ERR_IO
- * (server or fork failure; the program not found or not executable). */
+ * (a build without PMIx), FLOW_ERR_USAGE (nproc outside 1 to 4096, no
+ * argv[0], or already one of several ranks of a job:
+ * SLURM_STEP_NUM_TASKS, OMPI_COMM_WORLD_SIZE or PMI_SIZE > 1),
+ * FLOW_ERR_NOMEM, FLOW_ERR_IO (server or fork failure; the program not
+ * found or not executable). */
 FLOW_EXPORT int flow_launch(const flow_launch_opts_t *opts, flow_diag_t *diag);
 
 /* A copy of argv without the --nproc option ("--nproc N" or "--nproc=N")

@@ -1,7 +1,8 @@
 /* The communicator API on one rank (the multi-rank behaviour is tested
- * under real launchers in tests/cluster): a process started without a
- * launcher is a singleton world, its communicators copy, and bad arguments
- * are refused the same way they would be on many ranks. */
+ * under real launchers in tests/cluster): the world communicator of a
+ * singleton (tests/unit/test_world.c tests the world itself) is one rank
+ * talking to itself, its collectives copy, and bad arguments are refused
+ * the same way they would be on many ranks. */
 #include <config.h>
 
 #include <setjmp.h>
@@ -10,67 +11,37 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <flow/bench_comm.h>
 #include <flow/comm.h>
-#include <flow/launch.h>
+
+#include "worldutil.h"
 
 static flow_world_t *world;
 static flow_comm_t *comm;
 
 static int setup(void **state)
 {
-	flow_diag_t diag = FLOW_DIAG_INIT;
 	(void)state;
-	/* Inherited launcher variables would change what init sees. */
-	unsetenv("PMIX_NAMESPACE");
-	unsetenv("SLURM_STEP_NUM_TASKS");
-	unsetenv("OMPI_COMM_WORLD_SIZE");
-	unsetenv("PMI_SIZE");
-	if (flow_world_init(&world, 5.0, &diag) != FLOW_OK ||
-	    flow_comm_world(world, FLOW_COMM_CPU, &comm, &diag) != FLOW_OK) {
-		print_error("%s\n", diag.msg);
-		return -1;
-	}
-	return 0;
+	return worldutil_singleton_open(5.0, &world, &comm);
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	flow_comm_free(comm);
-	return flow_world_free(world, NULL) == FLOW_OK ? 0 : -1;
+	return worldutil_singleton_close(world, comm);
 }
 
-static void test_comm_no_launcher_gives_a_singleton_world(void **state)
+static void test_comm_world_of_a_singleton_is_one_rank_of_self(void **state)
 {
-	const flow_world_info_t *info = flow_world_info(world);
 	(void)state;
-	assert_int_equal(info->rank, 0);
-	assert_int_equal(info->size, 1);
-	assert_int_equal(info->local_rank, 0);
-	assert_int_equal(info->local_size, 1);
-	assert_int_equal(info->num_nodes, 1);
-	assert_string_equal(info->launcher, "singleton");
-	assert_true(info->host[0] != '\0');
-	assert_int_equal(flow_world_pid_of(world, 0), (int)getpid());
-	assert_true(flow_world_timeout(world) == 5.0);
 	assert_int_equal(flow_comm_size(comm), 1);
+	assert_int_equal(flow_comm_rank(comm), 0);
+	assert_int_equal(flow_comm_world_rank(comm, 0), 0);
 	assert_string_equal(flow_comm_transport(comm), "self");
+	assert_int_equal(flow_comm_backend(comm), FLOW_COMM_CPU);
 	assert_int_equal(flow_comm_device(comm), -1);
-}
-
-static void test_comm_init_rejects_a_non_positive_deadline(void **state)
-{
-	flow_world_t *w = (flow_world_t *)1;
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	(void)state;
-	assert_int_equal(flow_world_init(&w, 0, &diag), FLOW_ERR_USAGE);
-	assert_null(w);
-	assert_non_null(strstr(diag.msg, "deadline must be positive"));
 }
 
 static void test_comm_one_rank_collectives_copy(void **state)
@@ -212,36 +183,16 @@ static void test_comm_bench_checks_every_collective(void **state)
 	}
 }
 
-static void test_comm_strip_option_removes_nproc(void **state)
-{
-	char *argv1[] = { "flow-train", "--nproc", "4", "--steps", "3", NULL };
-	char *argv2[] = { "flow-train", "--steps=3", "--nproc=2", NULL };
-	(void)state;
-	char **out = flow_launch_strip_option(5, argv1, "--nproc");
-	assert_non_null(out);
-	assert_string_equal(out[0], "flow-train");
-	assert_string_equal(out[1], "--steps");
-	assert_string_equal(out[2], "3");
-	assert_null(out[3]);
-	free(out);
-	out = flow_launch_strip_option(3, argv2, "--nproc");
-	assert_string_equal(out[1], "--steps=3");
-	assert_null(out[2]);
-	free(out);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_comm_no_launcher_gives_a_singleton_world),
-		cmocka_unit_test(test_comm_init_rejects_a_non_positive_deadline),
+		cmocka_unit_test(test_comm_world_of_a_singleton_is_one_rank_of_self),
 		cmocka_unit_test(test_comm_one_rank_collectives_copy),
 		cmocka_unit_test(test_comm_bad_arguments_are_usage_errors),
 		cmocka_unit_test(test_comm_split_and_mesh_axes_on_one_rank),
 		cmocka_unit_test(test_comm_nccl_needs_a_build_with_it),
 		cmocka_unit_test(test_comm_bench_factors_follow_nccl_tests),
 		cmocka_unit_test(test_comm_bench_checks_every_collective),
-		cmocka_unit_test(test_comm_strip_option_removes_nproc),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
