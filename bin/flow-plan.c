@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include <flow/boxing.h>
+#include <flow/cluster.h>
 #include <flow/file.h>
 #include <flow/json.h>
 #include <flow/log.h>

@@ -1,6 +1,7 @@
 /* Boxing: plans that turn a tensor laid out as (placement A, nd-SBP X) into
- * (placement B, nd-SBP Y), with their costs, and a reference executor that
- * runs a plan on in-process buffers (flow(7), BOXING).
+ * (placement B, nd-SBP Y), with their costs on a cluster profile
+ * (flow/cluster.h), and a reference executor that runs a plan on
+ * in-process buffers (flow(7), BOXING).
  *
  * A plan is a list of steps.  Each step is a collective on the groups of
  * some mesh axes (every group runs it independently, on the sub-tensor
@@ -34,38 +35,12 @@
 
 #include <stdio.h>
 
+#include <flow/cluster.h>
 #include <flow/sbp.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- cluster profile ------------------------------------------------------ */
-
-typedef struct flow_link {
-	double alpha_s;      /* latency per message, seconds */
-	double beta_bps;     /* bandwidth, bytes per second */
-} flow_link_t;
-
-typedef struct flow_cluster {
-	int64_t ranks_per_node; /* ranks r and s share a node iff
-				 * r / ranks_per_node == s / ranks_per_node */
-	flow_link_t intra;      /* within a node */
-	flow_link_t inter;      /* across nodes */
-	uint64_t memory_bytes;  /* of one rank (its device, or its share of
-				 * the node); 0: unknown, not checked */
-} flow_cluster_t;
-
-/* The built-in profile: 8 ranks per node, intra 5 us / 100 GB/s, inter
- * 10 us / 12.5 GB/s (NVLink-class and 100 Gb/s-class links). */
-FLOW_EXPORT void flow_cluster_default(flow_cluster_t *cluster);
-/* Read a cluster profile (flow(7), CLUSTER PROFILE): '#' comments and
- * lines "ranks_per_node N", "link intra ALPHA_US BETA_GBPS", "link inter
- * ALPHA_US BETA_GBPS", "memory GIB" (per rank); missing lines keep the
- * defaults (memory unknown).  Errors name the file and line. */
-FLOW_EXPORT flow_err_t flow_cluster_read(const char *path,
-					 flow_cluster_t *cluster_out,
-					 flow_diag_t *diag) FLOW_MUST_CHECK;
 
 /* ---- plans ---------------------------------------------------------------------- */
 

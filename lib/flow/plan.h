@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include <flow/boxing.h>
+#include <flow/cluster.h>
 #include <flow/graph.h>
 #include <flow/model.h>
 #include <flow/sbp.h>

@@ -1,18 +1,15 @@
 /* Boxing plans: the 1-D table with its byte and time formulas, n-D
- * decomposition, normalisation, middle nodes, placements, the cluster
- * profile and plan printing. */
+ * decomposition, normalisation, middle nodes, placements and plan
+ * printing.  The cluster profile's reader has test_cluster.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <flow/boxing.h>
 #include <flow/mem.h>
@@ -522,84 +519,6 @@ static void test_boxing_rank_bytes_outside_the_step_are_zero(void **state)
 	assert_true(a == 0 && b == 0);
 }
 
-/* ---- cluster profile ------------------------------------------------------------------ */
-
-/* Writes text to a fresh temporary file; its path goes to path (cap 64). */
-static void write_temp(char *path, const char *text)
-{
-	snprintf(path, 64, "%s", "/tmp/flow-test-cluster-XXXXXX");
-	int fd = mkstemp(path);
-	assert_true(fd >= 0);
-	size_t len = strlen(text);
-	assert_int_equal(write(fd, text, len), (ssize_t)len);
-	assert_int_equal(close(fd), 0);
-}
-
-static void test_boxing_cluster_default(void **state)
-{
-	(void)state;
-	flow_cluster_t c;
-	flow_cluster_default(&c);
-	assert_int_equal(c.ranks_per_node, 8);
-	assert_true(c.intra.alpha_s == 5e-6 && c.intra.beta_bps == 100e9);
-	assert_true(c.inter.alpha_s == 10e-6 && c.inter.beta_bps == 12.5e9);
-}
-
-static void test_boxing_cluster_read_keeps_defaults_for_missing_lines(void **state)
-{
-	(void)state;
-	char path[64];
-	write_temp(path, "# measured by flow-bench profile\n"
-			 "\n"
-			 "ranks_per_node 4   # two sockets\n"
-			 "  link inter\t2.5 25\r\n");
-	flow_cluster_t c;
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	assert_int_equal(flow_cluster_read(path, &c, &diag), FLOW_OK);
-	assert_int_equal(c.ranks_per_node, 4);
-	assert_near(c.inter.alpha_s, 2.5e-6);
-	assert_near(c.inter.beta_bps, 25e9);
-	assert_true(c.intra.alpha_s == 5e-6 && c.intra.beta_bps == 100e9);
-	unlink(path);
-}
-
-static void test_boxing_cluster_read_errors_name_file_and_line(void **state)
-{
-	(void)state;
-	static const struct {
-		const char *text, *msg;
-	} cases[] = {
-		{ "ranks_per_node\n", "%s:1: expected 'ranks_per_node N'" },
-		{ "ranks_per_node 0\n", "%s:1: integer '0' out of range [1, 9223372036854775807]" },
-		{ "ranks_per_node 8x\n", "%s:1: invalid integer '8x'" },
-		{ "\n# x\nlink intra 5\n", "%s:3: expected 'link intra|inter ALPHA_US BETA_GBPS'" },
-		{ "link cross 5 100\n", "%s:1: expected 'link intra|inter ALPHA_US BETA_GBPS'" },
-		{ "link intra five 100\n", "%s:1: invalid number 'five'" },
-		{ "link intra 5 0\n", "%s:1: bandwidth '0' is not positive" },
-		{ "link intra -1 100\n", "%s:1: number '-1' out of range [0, 1e+09]" },
-		{ "link inter 5 100\nlink inter 6 100\n", "%s:2: 'link inter' given twice" },
-		{ "ranks_per_node 2\nranks_per_node 2\n", "%s:2: 'ranks_per_node' given twice" },
-		{ "bandwidth 5\n", "%s:1: unknown setting 'bandwidth'" },
-	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char path[64], want[256];
-		write_temp(path, cases[i].text);
-		flow_cluster_t c;
-		memset(&c, 0x33, sizeof(c));
-		flow_cluster_t before = c;
-		flow_diag_t diag = FLOW_DIAG_INIT;
-		assert_int_equal(flow_cluster_read(path, &c, &diag), FLOW_ERR_FORMAT);
-		snprintf(want, sizeof(want), cases[i].msg, path);
-		assert_string_equal(diag.msg, want);
-		assert_memory_equal(&c, &before, sizeof(c));
-		unlink(path);
-	}
-	flow_cluster_t c;
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	assert_int_equal(flow_cluster_read("/nonexistent/cluster.prof", &c, &diag), FLOW_ERR_IO);
-	assert_string_equal(diag.msg, "cannot open cluster profile '/nonexistent/cluster.prof': No such file or directory");
-}
-
 /* ---- printing ------------------------------------------------------------------------- */
 
 static void test_boxing_plan_print_is_tsv_with_a_total(void **state)
@@ -663,9 +582,6 @@ int main(void)
 		cmocka_unit_test(test_boxing_plan_rejects_invalid_layouts),
 		cmocka_unit_test(test_boxing_kind_names),
 		cmocka_unit_test(test_boxing_rank_bytes_outside_the_step_are_zero),
-		cmocka_unit_test(test_boxing_cluster_default),
-		cmocka_unit_test(test_boxing_cluster_read_keeps_defaults_for_missing_lines),
-		cmocka_unit_test(test_boxing_cluster_read_errors_name_file_and_line),
 		cmocka_unit_test(test_boxing_plan_print_is_tsv_with_a_total),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
