@@ -421,58 +421,6 @@ static void check_layout(flow_tool_t *tool, const flow_shape_t *shape,
 		flow_tool_usage_error(tool, "%s", flow_diag_message(&diag));
 }
 
-/* "IN1;IN2;...->OUT1;...": '-' or an empty item is an absent optional
- * input. */
-static void parse_shapes(flow_tool_t *tool, const char *text,
-			 flow_sig_query_t *q)
-{
-	const char *arrow = strstr(text, "->");
-	if (!arrow)
-		flow_tool_usage_error(tool, "--shapes: expected IN;...->OUT;... in '%s'",
-				      text);
-	for (int side = 0; side < 2; side++) {
-		const char *p = side ? arrow + 2 : text;
-		const char *end = side ? p + strlen(p) : arrow;
-		int n = 0;
-		for (;;) {
-			size_t len = strcspn(p, ";");
-			if (p + len > end)
-				len = (size_t)(end - p);
-			char item[128];
-			if (len >= sizeof(item))
-				flow_tool_usage_error(tool, "--shapes: shape too long in '%s'",
-						      text);
-			memcpy(item, p, len);
-			item[len] = '\0';
-			if (n == FLOW_SIG_MAX_IO)
-				flow_tool_usage_error(tool, "--shapes: more than %d %s in '%s'",
-						      FLOW_SIG_MAX_IO,
-						      side ? "outputs" : "inputs", text);
-			if (len == 0 || strcmp(item, "-") == 0) {
-				if (side)
-					flow_tool_usage_error(tool, "--shapes: missing output shape in '%s'",
-							      text);
-				q->in_present[n] = false;
-				q->in[n].ndim = 0;
-			} else {
-				flow_shape_t *s = side ? &q->out[n] : &q->in[n];
-				parse_shape(tool, "--shapes", item, s);
-				if (!side)
-					q->in_present[n] = true;
-			}
-			n++;
-			p += len;
-			if (p >= end)
-				break;
-			p++; /* the ';' */
-		}
-		if (side)
-			q->nout = n;
-		else
-			q->nin = n;
-	}
-}
-
 static void validate(flow_tool_t *tool, plan_opts_t *o)
 {
 	flow_diag_t diag = FLOW_DIAG_INIT;
@@ -547,7 +495,12 @@ static void validate(flow_tool_t *tool, plan_opts_t *o)
 		if (!o->shapes_text)
 			flow_tool_usage_error(tool, "'--signatures' needs '--shapes'");
 		o->query.op = o->mode_arg;
-		parse_shapes(tool, o->shapes_text, &o->query);
+		if (flow_shape_io_parse(o->shapes_text, FLOW_SIG_MAX_IO,
+					o->query.in, o->query.in_present,
+					&o->query.nin, o->query.out,
+					&o->query.nout, &diag) != FLOW_OK)
+			flow_tool_usage_error(tool, "--shapes: %s",
+					      flow_diag_message(&diag));
 		if (!o->mesh_only)
 			o->limit = DEFAULT_LIMIT;
 		break;
