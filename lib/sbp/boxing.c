@@ -314,6 +314,38 @@ void flow_boxing_step_rank_bytes(const flow_boxing_plan_t *plan, size_t step,
 	*recv_out = t.rank_recv;
 }
 
+void flow_boxing_plan_rank_bytes(const flow_boxing_plan_t *plan, int64_t rank,
+				 uint64_t *send_out, uint64_t *recv_out)
+{
+	uint64_t send = 0, recv = 0;
+	for (size_t k = 0; k < plan->nsteps; k++) {
+		uint64_t a, b;
+		flow_boxing_step_rank_bytes(plan, k, rank, &a, &b);
+		send += a;
+		recv += b;
+	}
+	*send_out = send;
+	*recv_out = recv;
+}
+
+/* Every rank of both placements: a rank in both is met twice, with the
+ * same sums. */
+void flow_boxing_plan_busiest(const flow_boxing_plan_t *plan,
+			      uint64_t *send_out, uint64_t *recv_out)
+{
+	*send_out = *recv_out = 0;
+	const flow_mesh_t *meshes[2] = { &plan->src_mesh, &plan->dst_mesh };
+	for (int m = 0; m < 2; m++) {
+		for (int64_t i = 0; i < flow_mesh_size(meshes[m]); i++) {
+			uint64_t send, recv;
+			flow_boxing_plan_rank_bytes(plan, flow_mesh_rank(meshes[m], i),
+						    &send, &recv);
+			*send_out = send > *send_out ? send : *send_out;
+			*recv_out = recv > *recv_out ? recv : *recv_out;
+		}
+	}
+}
+
 /* ---- the route search --------------------------------------------------------- */
 
 /* Search states are the nd-SBPs of one placement (a side: the source
@@ -963,28 +995,6 @@ static void print_layout(FILE *out, const flow_nd_sbp_t *sbp,
 	}
 }
 
-/* The most any one rank sends and receives over the whole plan. */
-static void plan_busiest(const flow_boxing_plan_t *plan, uint64_t *send_out,
-			 uint64_t *recv_out)
-{
-	*send_out = *recv_out = 0;
-	const flow_mesh_t *meshes[2] = { &plan->src_mesh, &plan->dst_mesh };
-	for (int m = 0; m < 2; m++) {
-		for (int64_t i = 0; i < flow_mesh_size(meshes[m]); i++) {
-			int64_t rank = flow_mesh_rank(meshes[m], i);
-			uint64_t send = 0, recv = 0;
-			for (size_t k = 0; k < plan->nsteps; k++) {
-				uint64_t a, b;
-				flow_boxing_step_rank_bytes(plan, k, rank, &a, &b);
-				send += a;
-				recv += b;
-			}
-			*send_out = send > *send_out ? send : *send_out;
-			*recv_out = recv > *recv_out ? recv : *recv_out;
-		}
-	}
-}
-
 flow_err_t flow_boxing_plan_print(const flow_boxing_plan_t *plan, FILE *out,
 				  flow_diag_t *diag)
 {
@@ -1005,7 +1015,7 @@ flow_err_t flow_boxing_plan_print(const flow_boxing_plan_t *plan, FILE *out,
 			st->time_s * 1e6);
 	}
 	uint64_t send, recv;
-	plan_busiest(plan, &send, &recv);
+	flow_boxing_plan_busiest(plan, &send, &recv);
 	fputs("total\t-\t-\t", out);
 	print_layout(out, &plan->src, &plan->src_mesh, moves);
 	fputs("\t", out);
