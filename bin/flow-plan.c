@@ -943,7 +943,6 @@ static void print_summary(const flow_tool_t *tool, const plan_opts_t *o,
 {
 	char mesh[FLOW_MESH_TEXT_MAX];
 	bool json = tool->json, first = true;
-	uint64_t count = 0, bytes = 0;
 
 	flow_mesh_format(&plan->mesh, mesh, sizeof(mesh));
 	if (!json) {
@@ -973,12 +972,9 @@ static void print_summary(const flow_tool_t *tool, const plan_opts_t *o,
 			    flow_boxing_kind_name((flow_boxing_kind_t)k),
 			    (int64_t)s->boxing_count[k],
 			    (int64_t)s->boxing_bytes[k]);
-		count += s->boxing_count[k];
-		bytes += s->boxing_bytes[k];
 	}
 	summary_row(json, &first, "boxing", "total", (int64_t)s->boxings,
-		    (int64_t)bytes);
-	(void)count;
+		    (int64_t)s->boxing_total_bytes);
 	summary_row(json, &first, "memory", "params", -1,
 		    (int64_t)s->param_bytes);
 	summary_row(json, &first, "memory", "grads", -1,
