@@ -1,6 +1,7 @@
 /* Boxing: plans that turn a tensor laid out as (placement A, nd-SBP X) into
- * (placement B, nd-SBP Y), with their costs, and a reference executor that
- * runs a plan on in-process buffers (flow(7), BOXING).
+ * (placement B, nd-SBP Y), with their costs on a cluster profile
+ * (flow/cluster.h), a reference executor that runs a plan on in-process
+ * buffers, and a check of a plan in it (flow(7), BOXING).
  *
  * A plan is a list of steps.  Each step is a collective on the groups of
  * some mesh axes (every group runs it independently, on the sub-tensor
@@ -34,38 +35,12 @@
 
 #include <stdio.h>
 
+#include <flow/cluster.h>
 #include <flow/sbp.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- cluster profile ------------------------------------------------------ */
-
-typedef struct flow_link {
-	double alpha_s;      /* latency per message, seconds */
-	double beta_bps;     /* bandwidth, bytes per second */
-} flow_link_t;
-
-typedef struct flow_cluster {
-	int64_t ranks_per_node; /* ranks r and s share a node iff
-				 * r / ranks_per_node == s / ranks_per_node */
-	flow_link_t intra;      /* within a node */
-	flow_link_t inter;      /* across nodes */
-	uint64_t memory_bytes;  /* of one rank (its device, or its share of
-				 * the node); 0: unknown, not checked */
-} flow_cluster_t;
-
-/* The built-in profile: 8 ranks per node, intra 5 us / 100 GB/s, inter
- * 10 us / 12.5 GB/s (NVLink-class and 100 Gb/s-class links). */
-FLOW_EXPORT void flow_cluster_default(flow_cluster_t *cluster);
-/* Read a cluster profile (flow(7), CLUSTER PROFILE): '#' comments and
- * lines "ranks_per_node N", "link intra ALPHA_US BETA_GBPS", "link inter
- * ALPHA_US BETA_GBPS", "memory GIB" (per rank); missing lines keep the
- * defaults (memory unknown).  Errors name the file and line. */
-FLOW_EXPORT flow_err_t flow_cluster_read(const char *path,
-					 flow_cluster_t *cluster_out,
-					 flow_diag_t *diag) FLOW_MUST_CHECK;
 
 /* ---- plans ---------------------------------------------------------------------- */
 
@@ -145,9 +120,28 @@ FLOW_EXPORT void flow_boxing_step_rank_bytes(const flow_boxing_plan_t *plan,
 					     uint64_t *send_out,
 					     uint64_t *recv_out);
 
+/* Bytes global rank `rank` sends and receives over all the plan's steps:
+ * the sums of flow_boxing_step_rank_bytes (0 for a rank no step involves,
+ * and for an empty plan). */
+FLOW_EXPORT void flow_boxing_plan_rank_bytes(const flow_boxing_plan_t *plan,
+					     int64_t rank, uint64_t *send_out,
+					     uint64_t *recv_out);
+
+/* The most bytes any one rank (of either placement) sends, and the most
+ * any one receives, over the whole plan (flow_boxing_plan_rank_bytes),
+ * maximised over ranks separately (the busiest sender and the busiest
+ * receiver may differ).  Both 0 for
+ * an empty plan.  These are the "total" row's send and receive bytes of
+ * flow_boxing_plan_print and of flow-plan --boxing --json. */
+FLOW_EXPORT void flow_boxing_plan_busiest(const flow_boxing_plan_t *plan,
+					  uint64_t *send_out,
+					  uint64_t *recv_out);
+
 /* Print the plan as TSV: header
  * "step\tkind\taxes\tfrom\tto\tmax_send_bytes\tmax_recv_bytes\ttotal_bytes\ttime_us"
- * and one row per step, then a "total" row. */
+ * and one row per step, then a "total" row (its send and receive bytes
+ * from flow_boxing_plan_busiest).  FLOW_OK, or FLOW_ERR_IO when out
+ * reports a write error. */
 FLOW_EXPORT flow_err_t flow_boxing_plan_print(const flow_boxing_plan_t *plan,
 					      FILE *out, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
@@ -167,6 +161,34 @@ FLOW_EXPORT flow_err_t flow_boxing_simulate(const flow_boxing_plan_t *plan,
 					    uint64_t *sent_out,
 					    uint64_t *recvd_out,
 					    flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* Check plan end to end in the reference executor.  The data: element e
+ * of the logical tensor (row-major) is the integer 1 + e mod (bound - 1),
+ * bound 256 for bf16, 2048 for f16, 255 for u8, 65535 for u16, 2^24 for
+ * f32 and 2^30 for the other dtypes, so every dtype holds it exactly; a
+ * source that is P on some axes splits each element into non-negative
+ * integer addends, one per rank of its P group, so every sum is exact.
+ * It fills the pieces of the source placement, runs flow_boxing_simulate
+ * on global ranks 0 to the top rank of either placement (all in this
+ * process: about one piece of the tensor per rank), and checks that every
+ * destination rank holds its slice (with P axes: that the addends of the
+ * ranks that differ only in their P coordinates sum to it), that every
+ * rank sent and received, as the executor moved them, the bytes of
+ * flow_boxing_plan_rank_bytes, and that the bytes sent add up to
+ * plan->total_bytes.  Returns FLOW_OK when all hold.  FLOW_ERR_VERIFY
+ * with the first difference found, as one of
+ *   "verification failed: rank R holds nothing"
+ *   "verification failed: element (I,J,...) on rank R is G, expected W"
+ *   "verification failed: the addends of element (I,J,...) on ranks R+S
+ *    sum to G, expected W"
+ *   "verification failed: rank R sent N bytes, the plan says M"
+ *   "verification failed: rank R received N bytes, the plan says M"
+ *   "verification failed: the ranks sent N bytes in all, the plan says M";
+ * FLOW_ERR_NOMEM; or flow_boxing_simulate's error (FLOW_ERR_USAGE for
+ * steps that reach no simulated rank).  The plan is not changed and
+ * nothing is kept. */
+FLOW_EXPORT flow_err_t flow_boxing_verify(const flow_boxing_plan_t *plan,
+					  flow_diag_t *diag) FLOW_MUST_CHECK;
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,7 @@
 #include <flow/kernels_ref.h>
 /* sbp */
 #include <flow/sbp.h>
+#include <flow/cluster.h>
 #include <flow/boxing.h>
 /* ops, graph, models */
 #include <flow/graph.h>

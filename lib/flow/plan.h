@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include <flow/boxing.h>
+#include <flow/cluster.h>
 #include <flow/graph.h>
 #include <flow/model.h>
 #include <flow/sbp.h>
@@ -25,6 +26,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- the plan format ---------------------------------------------------- */
 
 #define FLOW_PLAN_VERSION 1
 /* Tensor names: a graph name, or "adamw.m/" or "adamw.v/" and one. */
@@ -108,6 +111,8 @@ FLOW_EXPORT flow_err_t flow_plan_read(const char *path,
 FLOW_EXPORT flow_err_t flow_plan_write(const flow_plan_t *plan, FILE *out,
 				       flow_diag_t *diag) FLOW_MUST_CHECK;
 
+/* ---- the standard layouts ----------------------------------------------- */
+
 /* The standard plan (flow-plan(5), STANDARD LAYOUTS) of model spec on
  * mesh (DIMS as flow_mesh_parse reads it) with the comma-separated axis
  * names axes (each "dp" or "tp"), global batch B, sequence length T (0:
@@ -122,6 +127,8 @@ FLOW_EXPORT flow_err_t flow_plan_standard(const char *model, const char *mesh,
 					  flow_plan_t **plan_out,
 					  flow_diag_t *diag) FLOW_MUST_CHECK;
 
+/* ---- the checker -------------------------------------------------------- */
+
 /* What flow_plan_check found.  Boxing bytes are per optimizer step: every
  * conversion is counted grad_accum times, except the gradient sync (a
  * conversion into a parameter gradient's layout), which runs once. */
@@ -130,6 +137,7 @@ typedef struct flow_plan_summary {
 	size_t boxings;                          /* conversions per step */
 	uint64_t boxing_count[FLOW_BOXING_KIND_COUNT]; /* steps, per kind */
 	uint64_t boxing_bytes[FLOW_BOXING_KIND_COUNT]; /* total bytes */
+	uint64_t boxing_total_bytes;             /* the sum over the kinds */
 	/* Largest per-rank bytes, local shapes: */
 	uint64_t param_bytes, grad_bytes, optim_bytes;
 	uint64_t activation_bytes; /* inputs, activations and saved tensors
@@ -146,10 +154,13 @@ typedef struct flow_plan_summary {
  * other; each tensor's nd-SBP valid for its shape (flow_nd_sbp_check);
  * each op's SBPs a signature of it (flow_sig_check); every place an op's
  * SBP differs from its tensor's layout converted by a boxing plan; the
- * per-rank memory within the cluster's memory when it gives one.
- * cluster (NULL: flow_cluster_default) prices the boxings.  Returns
- * FLOW_OK and fills *summary_out (may be NULL), or FLOW_ERR_FORMAT with
- * "PATH:LINE: message" naming the tensor or op. */
+ * per-rank memory (rank_bytes) within the cluster's memory_bytes when
+ * it gives one.  cluster (NULL: flow_cluster_default) prices the
+ * boxings.  Returns FLOW_OK and fills *summary_out (may be NULL), or
+ * FLOW_ERR_FORMAT with "PATH:LINE: message" naming the tensor or op
+ * (LINE one past the last for something missing), or "PATH: a rank needs
+ * N GiB (params, grads, optimizer, activations in GiB), more than the
+ * cluster's M GiB"; FLOW_ERR_NOMEM. */
 FLOW_EXPORT flow_err_t flow_plan_check(const flow_plan_t *plan, int64_t world,
 				       const flow_cluster_t *cluster,
 				       flow_plan_summary_t *summary_out,

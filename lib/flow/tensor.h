@@ -45,6 +45,18 @@ FLOW_EXPORT float flow_bf16_to_f32(uint16_t x);
 FLOW_EXPORT uint16_t flow_f32_to_f16(float x);
 FLOW_EXPORT float flow_f16_to_f32(uint16_t x);
 
+/* Element i of buf, an array of dtype, as a double (exact for every
+ * dtype but i64 values beyond 2^53); 0 for an unknown dtype.  The one
+ * per-dtype reader: flow_tensor_get and the boxing check use it. */
+FLOW_EXPORT double flow_dtype_load(const void *buf, size_t i,
+				   flow_dtype_t dtype);
+/* Store value as element i of buf, an array of dtype: floats round to
+ * nearest even (bf16 and f16 through f32); integers are value truncated
+ * toward zero, which must be in the dtype's range.  Nothing for an
+ * unknown dtype. */
+FLOW_EXPORT void flow_dtype_store(void *buf, size_t i, flow_dtype_t dtype,
+				  double value);
+
 #define FLOW_MAX_DIMS 8
 
 typedef struct flow_shape {
@@ -70,6 +82,23 @@ FLOW_EXPORT size_t flow_shape_format(const flow_shape_t *shape, char *buf,
 FLOW_EXPORT flow_err_t flow_shape_parse(const char *text,
 					flow_shape_t *shape_out,
 					flow_diag_t *diag) FLOW_MUST_CHECK;
+/* Parse the input and output shapes of an op, "IN1;IN2;...->OUT1;...",
+ * each as flow_shape_parse reads it; an input written '-' or left empty
+ * is an absent optional one.  in, in_present and out are caller buffers
+ * with room for max shapes each.  Returns FLOW_OK, with the inputs in
+ * in[0..*nin_out) and in_present[0..*nin_out) (an absent input: false,
+ * and a shape of ndim 0) and the outputs in out[0..*nout_out).  Else
+ * *nin_out and *nout_out are untouched, the buffers may be partly
+ * written, and diag has (FLOW_ERR_FORMAT) "expected IN;...->OUT;... in
+ * 'TEXT'", "shape too long in 'TEXT'" (one of 128 characters or more),
+ * "more than MAX inputs in 'TEXT'" (or outputs), "missing output shape in
+ * 'TEXT'" or flow_shape_parse's message, or (FLOW_ERR_RANGE) "shape 'S'
+ * has too many elements". */
+FLOW_EXPORT flow_err_t flow_shape_io_parse(const char *text, int max,
+					   flow_shape_t *in, bool *in_present,
+					   int *nin_out, flow_shape_t *out,
+					   int *nout_out,
+					   flow_diag_t *diag) FLOW_MUST_CHECK;
 
 typedef struct flow_buffer flow_buffer_t;
 
@@ -118,10 +147,11 @@ FLOW_EXPORT flow_err_t flow_tensor_reshape(const flow_tensor_t *t,
 FLOW_EXPORT flow_err_t flow_tensor_copy(flow_tensor_t *dst,
 					const flow_tensor_t *src,
 					flow_diag_t *diag) FLOW_MUST_CHECK;
-/* Element at a flat row-major logical index, as double (for tests and
- * checks, not hot paths). */
+/* Element at a flat row-major logical index, as double (flow_dtype_load;
+ * for tests and checks, not hot paths). */
 FLOW_EXPORT double flow_tensor_get(const flow_tensor_t *t, size_t index);
-/* Set element at a flat row-major logical index (rounded to the dtype). */
+/* Set element at a flat row-major logical index (rounded to the dtype, as
+ * flow_dtype_store does). */
 FLOW_EXPORT void flow_tensor_set(flow_tensor_t *t, size_t index, double value);
 
 #ifdef __cplusplus

@@ -133,6 +133,37 @@ float flow_f16_to_f32(uint16_t x)
 	return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
+/* ---- one element of a raw buffer ----------------------------------------------- */
+
+double flow_dtype_load(const void *buf, size_t i, flow_dtype_t dtype)
+{
+	switch (dtype) {
+	case FLOW_DTYPE_F32: return ((const float *)buf)[i];
+	case FLOW_DTYPE_BF16: return flow_bf16_to_f32(((const uint16_t *)buf)[i]);
+	case FLOW_DTYPE_F16: return flow_f16_to_f32(((const uint16_t *)buf)[i]);
+	case FLOW_DTYPE_I32: return ((const int32_t *)buf)[i];
+	case FLOW_DTYPE_I64: return (double)((const int64_t *)buf)[i];
+	case FLOW_DTYPE_U16: return ((const uint16_t *)buf)[i];
+	case FLOW_DTYPE_U8: return ((const uint8_t *)buf)[i];
+	case FLOW_DTYPE_U32: return ((const uint32_t *)buf)[i];
+	}
+	return 0;
+}
+
+void flow_dtype_store(void *buf, size_t i, flow_dtype_t dtype, double value)
+{
+	switch (dtype) {
+	case FLOW_DTYPE_F32: ((float *)buf)[i] = (float)value; break;
+	case FLOW_DTYPE_BF16: ((uint16_t *)buf)[i] = flow_f32_to_bf16((float)value); break;
+	case FLOW_DTYPE_F16: ((uint16_t *)buf)[i] = flow_f32_to_f16((float)value); break;
+	case FLOW_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)value; break;
+	case FLOW_DTYPE_I64: ((int64_t *)buf)[i] = (int64_t)value; break;
+	case FLOW_DTYPE_U16: ((uint16_t *)buf)[i] = (uint16_t)value; break;
+	case FLOW_DTYPE_U8: ((uint8_t *)buf)[i] = (uint8_t)value; break;
+	case FLOW_DTYPE_U32: ((uint32_t *)buf)[i] = (uint32_t)value; break;
+	}
+}
+
 /* ---- shapes --------------------------------------------------------------------- */
 
 flow_err_t flow_shape_init(flow_shape_t *shape, int ndim, const int64_t *dims,
@@ -238,6 +269,79 @@ bad:
 	return flow_diag_set(diag, FLOW_ERR_FORMAT,
 			     "invalid shape '%s': expected dimensions like 2,3,4",
 			     text);
+}
+
+/* One side of flow_shape_io_parse's text, [p, end) of text: its shapes
+ * into shapes[] and, for inputs, present[] (NULL for outputs, which must
+ * all be there); the count into *n_out. */
+static flow_err_t shape_io_side(const char *text, const char *p,
+				const char *end, int max, flow_shape_t *shapes,
+				bool *present, int *n_out, flow_diag_t *diag)
+{
+	int n = 0;
+	for (;;) {
+		size_t len = strcspn(p, ";");
+		if (p + len > end)
+			len = (size_t)(end - p);
+		char item[128];
+		if (len >= sizeof(item))
+			return flow_diag_set(diag, FLOW_ERR_FORMAT,
+					     "shape too long in '%s'", text);
+		memcpy(item, p, len);
+		item[len] = '\0';
+		if (n == max)
+			return flow_diag_set(diag, FLOW_ERR_FORMAT,
+					     "more than %d %s in '%s'", max,
+					     present ? "inputs" : "outputs", text);
+		if (len == 0 || strcmp(item, "-") == 0) {
+			if (!present)
+				return flow_diag_set(diag, FLOW_ERR_FORMAT,
+						     "missing output shape in '%s'",
+						     text);
+			present[n] = false;
+			shapes[n].ndim = 0;
+		} else {
+			size_t numel;
+			flow_err_t err = flow_shape_parse(item, &shapes[n], diag);
+			if (err != FLOW_OK)
+				return err;
+			if (flow_shape_numel(&shapes[n], &numel, NULL) != FLOW_OK)
+				return flow_diag_set(diag, FLOW_ERR_RANGE,
+						     "shape '%s' has too many elements",
+						     item);
+			if (present)
+				present[n] = true;
+		}
+		n++;
+		p += len;
+		if (p >= end)
+			break;
+		p++; /* the ';' */
+	}
+	*n_out = n;
+	return FLOW_OK;
+}
+
+flow_err_t flow_shape_io_parse(const char *text, int max, flow_shape_t *in,
+			       bool *in_present, int *nin_out,
+			       flow_shape_t *out, int *nout_out,
+			       flow_diag_t *diag)
+{
+	const char *arrow = strstr(text, "->");
+	if (!arrow)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "expected IN;...->OUT;... in '%s'", text);
+	int nin, nout;
+	flow_err_t err = shape_io_side(text, text, arrow, max, in, in_present,
+				       &nin, diag);
+	if (err == FLOW_OK)
+		err = shape_io_side(text, arrow + 2, arrow + strlen(arrow), max,
+				    out, NULL, &nout, diag);
+	if (err != FLOW_OK)
+		return err;
+	*nin_out = nin;
+	*nout_out = nout;
+	return FLOW_OK;
 }
 
 /* ---- tensors --------------------------------------------------------------------- */
@@ -430,21 +534,6 @@ static size_t element_offset(const flow_tensor_t *t, size_t index)
 	return off;
 }
 
-static double load_element(flow_dtype_t dtype, const void *base, size_t off)
-{
-	switch (dtype) {
-	case FLOW_DTYPE_F32: return ((const float *)base)[off];
-	case FLOW_DTYPE_BF16: return flow_bf16_to_f32(((const uint16_t *)base)[off]);
-	case FLOW_DTYPE_F16: return flow_f16_to_f32(((const uint16_t *)base)[off]);
-	case FLOW_DTYPE_I32: return ((const int32_t *)base)[off];
-	case FLOW_DTYPE_I64: return (double)((const int64_t *)base)[off];
-	case FLOW_DTYPE_U16: return ((const uint16_t *)base)[off];
-	case FLOW_DTYPE_U8: return ((const uint8_t *)base)[off];
-	case FLOW_DTYPE_U32: return ((const uint32_t *)base)[off];
-	}
-	return 0;
-}
-
 /* Integer range of an integer dtype; false for floating dtypes. */
 static bool int_range(flow_dtype_t dtype, double *lo, double *hi)
 {
@@ -458,30 +547,16 @@ static bool int_range(flow_dtype_t dtype, double *lo, double *hi)
 	}
 }
 
-static void store_element(flow_dtype_t dtype, void *base, size_t off,
-			  double v)
-{
-	switch (dtype) {
-	case FLOW_DTYPE_F32: ((float *)base)[off] = (float)v; break;
-	case FLOW_DTYPE_BF16: ((uint16_t *)base)[off] = flow_f32_to_bf16((float)v); break;
-	case FLOW_DTYPE_F16: ((uint16_t *)base)[off] = flow_f32_to_f16((float)v); break;
-	case FLOW_DTYPE_I32: ((int32_t *)base)[off] = (int32_t)v; break;
-	case FLOW_DTYPE_I64: ((int64_t *)base)[off] = (int64_t)v; break;
-	case FLOW_DTYPE_U16: ((uint16_t *)base)[off] = (uint16_t)v; break;
-	case FLOW_DTYPE_U8: ((uint8_t *)base)[off] = (uint8_t)v; break;
-	case FLOW_DTYPE_U32: ((uint32_t *)base)[off] = (uint32_t)v; break;
-	}
-}
-
 double flow_tensor_get(const flow_tensor_t *t, size_t index)
 {
-	return load_element(t->dtype, t->buffer->data, element_offset(t, index));
+	return flow_dtype_load(t->buffer->data, element_offset(t, index),
+			       t->dtype);
 }
 
 void flow_tensor_set(flow_tensor_t *t, size_t index, double value)
 {
-	store_element(t->dtype, t->buffer->data, element_offset(t, index),
-		      value);
+	flow_dtype_store(t->buffer->data, element_offset(t, index), t->dtype,
+			 value);
 }
 
 flow_err_t flow_tensor_copy(flow_tensor_t *dst, const flow_tensor_t *src,

@@ -1,29 +1,29 @@
 /* Boxing plans: the 1-D table with its byte and time formulas, n-D
- * decomposition, normalisation, middle nodes, placements, the cluster
- * profile and plan printing. */
+ * decomposition, normalisation, middle nodes, placements, the busiest
+ * rank's bytes, the check of a plan in the reference executor (the
+ * planner's plans pass it, tampered ones fail it with the exact message)
+ * and plan printing.  The cluster profile's reader has test_cluster.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <flow/boxing.h>
 #include <flow/mem.h>
 
 #include "sbputil.h"
 
-/* Plans shape (text) from sbp on mesh to sbp on mesh, f32, with cluster
- * (NULL: the default). */
-static flow_boxing_plan_t plan_of(const char *shape, const char *from_mesh,
-				  const char *from, const char *to_mesh,
-				  const char *to, const flow_cluster_t *cluster)
+/* Plans shape (text) of dtype from sbp on mesh to sbp on mesh, with
+ * cluster (NULL: the default). */
+static flow_boxing_plan_t typed_plan_of(const char *shape, flow_dtype_t dtype,
+					const char *from_mesh, const char *from,
+					const char *to_mesh, const char *to,
+					const flow_cluster_t *cluster)
 {
 	flow_shape_t s;
 	assert_int_equal(flow_shape_parse(shape, &s, NULL), FLOW_OK);
@@ -31,9 +31,18 @@ static flow_boxing_plan_t plan_of(const char *shape, const char *from_mesh,
 	flow_nd_sbp_t x = sbp_of(from), y = sbp_of(to);
 	flow_boxing_plan_t plan;
 	flow_diag_t diag = FLOW_DIAG_INIT;
-	if (flow_boxing_plan(&s, FLOW_DTYPE_F32, &sm, &x, &dm, &y, cluster, &plan, &diag) != FLOW_OK)
+	if (flow_boxing_plan(&s, dtype, &sm, &x, &dm, &y, cluster, &plan, &diag) != FLOW_OK)
 		fail_msg("%s", diag.msg);
 	return plan;
+}
+
+/* The same in f32. */
+static flow_boxing_plan_t plan_of(const char *shape, const char *from_mesh,
+				  const char *from, const char *to_mesh,
+				  const char *to, const flow_cluster_t *cluster)
+{
+	return typed_plan_of(shape, FLOW_DTYPE_F32, from_mesh, from, to_mesh, to,
+			     cluster);
 }
 
 static void assert_near(double got, double want)
@@ -522,82 +531,182 @@ static void test_boxing_rank_bytes_outside_the_step_are_zero(void **state)
 	assert_true(a == 0 && b == 0);
 }
 
-/* ---- cluster profile ------------------------------------------------------------------ */
+/* ---- whole-plan bytes per rank ---------------------------------------------------- */
 
-/* Writes text to a fresh temporary file; its path goes to path (cap 64). */
-static void write_temp(char *path, const char *text)
-{
-	snprintf(path, 64, "%s", "/tmp/flow-test-cluster-XXXXXX");
-	int fd = mkstemp(path);
-	assert_true(fd >= 0);
-	size_t len = strlen(text);
-	assert_int_equal(write(fd, text, len), (ssize_t)len);
-	assert_int_equal(close(fd), 0);
-}
-
-static void test_boxing_cluster_default(void **state)
+static void test_boxing_plan_rank_bytes_sum_the_steps(void **state)
 {
 	(void)state;
-	flow_cluster_t c;
-	flow_cluster_default(&c);
-	assert_int_equal(c.ranks_per_node, 8);
-	assert_true(c.intra.alpha_s == 5e-6 && c.intra.beta_bps == 100e9);
-	assert_true(c.inter.alpha_s == 10e-6 && c.inter.beta_bps == 12.5e9);
+	/* Two all-gathers: on tp, ranks 0 and 2 send their 6 elements and
+	 * receive 3, ranks 1 and 3 the other way round; then every rank 9
+	 * elements each way on dp. */
+	flow_boxing_plan_t plan = plan_of("6,3", "2x2:dp,tp", "(S(0),S(0))", "2x2:dp,tp", "(B,B)", NULL);
+	uint64_t send, recv;
+	assert_int_equal(plan.nsteps, 2);
+	for (int64_t r = 0; r < 4; r++) {
+		uint64_t want_send = 0, want_recv = 0;
+		for (size_t k = 0; k < plan.nsteps; k++) {
+			uint64_t a, b;
+			flow_boxing_step_rank_bytes(&plan, k, r, &a, &b);
+			want_send += a;
+			want_recv += b;
+		}
+		flow_boxing_plan_rank_bytes(&plan, r, &send, &recv);
+		assert_int_equal(send, want_send);
+		assert_int_equal(recv, want_recv);
+	}
+	flow_boxing_plan_rank_bytes(&plan, 0, &send, &recv);
+	assert_int_equal(send, 60);
+	assert_int_equal(recv, 48);
+	flow_boxing_plan_rank_bytes(&plan, 1, &send, &recv);
+	assert_int_equal(send, 48);
+	assert_int_equal(recv, 60);
+	/* The busiest sender and receiver are different ranks. */
+	flow_boxing_plan_busiest(&plan, &send, &recv);
+	assert_int_equal(send, 60);
+	assert_int_equal(recv, 60);
+	flow_boxing_plan_rank_bytes(&plan, 4, &send, &recv);
+	assert_int_equal(send, 0);
+	assert_int_equal(recv, 0);
 }
 
-static void test_boxing_cluster_read_keeps_defaults_for_missing_lines(void **state)
+static void test_boxing_plan_busiest_takes_each_placement_s_ranks(void **state)
 {
 	(void)state;
-	char path[64];
-	write_temp(path, "# measured by flow-bench profile\n"
-			 "\n"
-			 "ranks_per_node 4   # two sockets\n"
-			 "  link inter\t2.5 25\r\n");
-	flow_cluster_t c;
+	/* Ranks 0 and 1 send their 2 elements to both of ranks 2 and 3, of
+	 * the other placement. */
+	flow_boxing_plan_t plan = plan_of("4", "2", "S(0)", "2@2", "B", NULL);
+	uint64_t send, recv;
+	flow_boxing_plan_rank_bytes(&plan, 0, &send, &recv);
+	assert_int_equal(send, 16);
+	assert_int_equal(recv, 0);
+	flow_boxing_plan_rank_bytes(&plan, 3, &send, &recv);
+	assert_int_equal(send, 0);
+	assert_int_equal(recv, 16);
+	flow_boxing_plan_busiest(&plan, &send, &recv);
+	assert_int_equal(send, 16);
+	assert_int_equal(recv, 16);
+
+	/* An empty plan moves nothing. */
+	plan = plan_of("8", "3", "B", "3", "B", NULL);
+	assert_int_equal(plan.nsteps, 0);
+	flow_boxing_plan_busiest(&plan, &send, &recv);
+	assert_int_equal(send, 0);
+	assert_int_equal(recv, 0);
+
+	/* Rank by rank, the busiest is the largest sum on each side. */
+	plan = plan_of("7,5", "2x2", "(P,S(0))", "2x2", "(S(1),B)", NULL);
+	uint64_t max_send = 0, max_recv = 0;
+	for (int64_t r = 0; r < 4; r++) {
+		flow_boxing_plan_rank_bytes(&plan, r, &send, &recv);
+		max_send = send > max_send ? send : max_send;
+		max_recv = recv > max_recv ? recv : max_recv;
+	}
+	flow_boxing_plan_busiest(&plan, &send, &recv);
+	assert_true(max_send > 0 && max_recv > 0);
+	assert_int_equal(send, max_send);
+	assert_int_equal(recv, max_recv);
+}
+
+/* ---- checking a plan in the reference executor ------------------------------------ */
+
+static void assert_verify_fails(const flow_boxing_plan_t *plan,
+				const char *want)
+{
 	flow_diag_t diag = FLOW_DIAG_INIT;
-	assert_int_equal(flow_cluster_read(path, &c, &diag), FLOW_OK);
-	assert_int_equal(c.ranks_per_node, 4);
-	assert_near(c.inter.alpha_s, 2.5e-6);
-	assert_near(c.inter.beta_bps, 25e9);
-	assert_true(c.intra.alpha_s == 5e-6 && c.intra.beta_bps == 100e9);
-	unlink(path);
+	assert_int_equal(flow_boxing_verify(plan, &diag), FLOW_ERR_VERIFY);
+	assert_string_equal(diag.msg, want);
 }
 
-static void test_boxing_cluster_read_errors_name_file_and_line(void **state)
+static void test_boxing_verify_passes_the_planner_s_plans(void **state)
 {
 	(void)state;
 	static const struct {
-		const char *text, *msg;
+		const char *shape, *from_mesh, *from, *to_mesh, *to;
 	} cases[] = {
-		{ "ranks_per_node\n", "%s:1: expected 'ranks_per_node N'" },
-		{ "ranks_per_node 0\n", "%s:1: integer '0' out of range [1, 9223372036854775807]" },
-		{ "ranks_per_node 8x\n", "%s:1: invalid integer '8x'" },
-		{ "\n# x\nlink intra 5\n", "%s:3: expected 'link intra|inter ALPHA_US BETA_GBPS'" },
-		{ "link cross 5 100\n", "%s:1: expected 'link intra|inter ALPHA_US BETA_GBPS'" },
-		{ "link intra five 100\n", "%s:1: invalid number 'five'" },
-		{ "link intra 5 0\n", "%s:1: bandwidth '0' is not positive" },
-		{ "link intra -1 100\n", "%s:1: number '-1' out of range [0, 1e+09]" },
-		{ "link inter 5 100\nlink inter 6 100\n", "%s:2: 'link inter' given twice" },
-		{ "ranks_per_node 2\nranks_per_node 2\n", "%s:2: 'ranks_per_node' given twice" },
-		{ "bandwidth 5\n", "%s:1: unknown setting 'bandwidth'" },
+		{ "6,8", "4", "P", "4", "B" },                      /* all-reduce */
+		{ "7,5", "4", "P", "4", "S(0)" },                   /* reduce-scatter */
+		{ "7,5", "3", "S(0)", "3", "B" },                   /* all-gather */
+		{ "7,5", "3", "S(0)", "3", "S(1)" },                /* all-to-all */
+		{ "6,8", "4", "B", "4", "S(1)" },                   /* slice */
+		{ "6,8", "4", "B", "4", "P" },                      /* zero-fill */
+		{ "6,8", "4", "S(0)", "4", "P" },                   /* pad-zero */
+		{ "8,8", "2x2", "(S(0),S(0))", "2x2", "(S(1),S(1))" },
+		{ "5,3,2", "2x3", "(S(0),P)", "2x3", "(B,S(1))" },
+		{ "6,8", "2x2", "(S(0),B)", "2x2", "(P,P)" },
+		{ "7,5", "2", "S(0)", "3@2", "S(1)" },              /* send/recv */
+		{ "6", "2", "P", "2@4", "B" },
+	};
+	static const flow_dtype_t dtypes[] = {
+		FLOW_DTYPE_F32, FLOW_DTYPE_BF16, FLOW_DTYPE_F16, FLOW_DTYPE_I32,
+		FLOW_DTYPE_I64, FLOW_DTYPE_U16, FLOW_DTYPE_U8, FLOW_DTYPE_U32,
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
+			flow_boxing_plan_t plan = typed_plan_of(cases[i].shape, dtypes[d],
+								cases[i].from_mesh, cases[i].from,
+								cases[i].to_mesh, cases[i].to, NULL);
+			flow_diag_t diag = FLOW_DIAG_INIT;
+			if (flow_boxing_verify(&plan, &diag) != FLOW_OK)
+				fail_msg("%s %s from %s on %s to %s on %s: %s", cases[i].shape,
+					 flow_dtype_name(dtypes[d]), cases[i].from,
+					 cases[i].from_mesh, cases[i].to, cases[i].to_mesh,
+					 diag.msg);
+		}
+	/* An empty plan holds the data where it was. */
+	flow_boxing_plan_t plan = plan_of("6", "2", "S(0)", "2", "S(0)", NULL);
+	assert_int_equal(plan.nsteps, 0);
+	assert_int_equal(flow_boxing_verify(&plan, NULL), FLOW_OK);
+}
+
+static void test_boxing_verify_finds_tampered_steps(void **state)
+{
+	(void)state;
+	/* Element e is 1 + e, and a P source's rank 0 holds the addends
+	 * ceil((1 + e) / 2): broadcasting them instead of summing leaves
+	 * 1, 1, 2, 2.  Every rank keeping the whole tensor, where only the
+	 * first should, doubles each sum. */
+	static const struct {
+		const char *shape;
+		flow_dtype_t dtype;
+		const char *from, *to;
+		flow_boxing_kind_t kind, tampered;
+		const char *msg;
+	} cases[] = {
+		{ "4", FLOW_DTYPE_F32, "P", "B", FLOW_BOXING_ALL_REDUCE, FLOW_BOXING_BROADCAST,
+		  "verification failed: element (1) on rank 0 is 1, expected 2" },
+		{ "2,3", FLOW_DTYPE_I32, "P", "B", FLOW_BOXING_ALL_REDUCE, FLOW_BOXING_BROADCAST,
+		  "verification failed: element (0,1) on rank 0 is 1, expected 2" },
+		{ "3", FLOW_DTYPE_F32, "B", "P", FLOW_BOXING_ZERO_FILL, FLOW_BOXING_SLICE,
+		  "verification failed: the addends of element (0) on ranks 0+1 sum to 2, expected 1" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char path[64], want[256];
-		write_temp(path, cases[i].text);
-		flow_cluster_t c;
-		memset(&c, 0x33, sizeof(c));
-		flow_cluster_t before = c;
-		flow_diag_t diag = FLOW_DIAG_INIT;
-		assert_int_equal(flow_cluster_read(path, &c, &diag), FLOW_ERR_FORMAT);
-		snprintf(want, sizeof(want), cases[i].msg, path);
-		assert_string_equal(diag.msg, want);
-		assert_memory_equal(&c, &before, sizeof(c));
-		unlink(path);
+		flow_boxing_plan_t plan = typed_plan_of(cases[i].shape, cases[i].dtype, "2",
+							cases[i].from, "2", cases[i].to, NULL);
+		assert_int_equal(plan.nsteps, 1);
+		assert_int_equal(plan.steps[0].kind, cases[i].kind);
+		assert_int_equal(flow_boxing_verify(&plan, NULL), FLOW_OK);
+		plan.steps[0].kind = cases[i].tampered;
+		assert_verify_fails(&plan, cases[i].msg);
 	}
-	flow_cluster_t c;
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	assert_int_equal(flow_cluster_read("/nonexistent/cluster.prof", &c, &diag), FLOW_ERR_IO);
-	assert_string_equal(diag.msg, "cannot open cluster profile '/nonexistent/cluster.prof': No such file or directory");
+}
+
+static void test_boxing_verify_finds_a_rank_that_holds_nothing(void **state)
+{
+	(void)state;
+	/* The steps leave the data on ranks 0 and 1, the plan says 2 and 3. */
+	flow_boxing_plan_t plan = plan_of("4", "2", "S(0)", "2", "B", NULL);
+	plan.dst_mesh = mesh_of("2@2");
+	assert_verify_fails(&plan, "verification failed: rank 2 holds nothing");
+}
+
+static void test_boxing_verify_finds_tampered_bytes(void **state)
+{
+	(void)state;
+	/* An all-gather of 2 + 2 f32 elements: each rank sends 8 bytes. */
+	flow_boxing_plan_t plan = plan_of("4", "2", "S(0)", "2", "B", NULL);
+	assert_int_equal(plan.total_bytes, 16);
+	plan.total_bytes = 20;
+	assert_verify_fails(&plan, "verification failed: the ranks sent 16 bytes in all, the plan says 20");
 }
 
 /* ---- printing ------------------------------------------------------------------------- */
@@ -663,9 +772,12 @@ int main(void)
 		cmocka_unit_test(test_boxing_plan_rejects_invalid_layouts),
 		cmocka_unit_test(test_boxing_kind_names),
 		cmocka_unit_test(test_boxing_rank_bytes_outside_the_step_are_zero),
-		cmocka_unit_test(test_boxing_cluster_default),
-		cmocka_unit_test(test_boxing_cluster_read_keeps_defaults_for_missing_lines),
-		cmocka_unit_test(test_boxing_cluster_read_errors_name_file_and_line),
+		cmocka_unit_test(test_boxing_plan_rank_bytes_sum_the_steps),
+		cmocka_unit_test(test_boxing_plan_busiest_takes_each_placement_s_ranks),
+		cmocka_unit_test(test_boxing_verify_passes_the_planner_s_plans),
+		cmocka_unit_test(test_boxing_verify_finds_tampered_steps),
+		cmocka_unit_test(test_boxing_verify_finds_a_rank_that_holds_nothing),
+		cmocka_unit_test(test_boxing_verify_finds_tampered_bytes),
 		cmocka_unit_test(test_boxing_plan_print_is_tsv_with_a_total),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,5 @@
-/* Dtypes, half-precision rounding, shapes, tensors and views. */
+/* Dtypes, half-precision rounding, one element of a raw buffer, shapes and
+ * shape lists, tensors and views. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,6 +7,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <flow/tensor.h>
@@ -144,6 +146,159 @@ static flow_tensor_t *iota(flow_dtype_t dtype, int ndim, const int64_t *dims)
 	return t;
 }
 
+static void test_tensor_dtype_load_and_store_one_element(void **state)
+{
+	(void)state;
+	union {
+		float f32[3];
+		uint16_t u16[3];
+		int32_t i32[3];
+		int64_t i64[3];
+		uint8_t u8[3];
+		uint32_t u32[3];
+	} buf;
+	for (int d = 0; d < FLOW_DTYPE_COUNT; d++) {
+		memset(&buf, 0, sizeof(buf));
+		flow_dtype_store(&buf, 1, (flow_dtype_t)d, 200);
+		assert_true(flow_dtype_load(&buf, 1, (flow_dtype_t)d) == 200);
+		/* Only element 1 was written. */
+		assert_true(flow_dtype_load(&buf, 0, (flow_dtype_t)d) == 0);
+		assert_true(flow_dtype_load(&buf, 2, (flow_dtype_t)d) == 0);
+	}
+	/* Element i of the dtype's array, in its own encoding. */
+	flow_dtype_store(&buf, 2, FLOW_DTYPE_BF16, 1.0);
+	assert_int_equal(buf.u16[2], 0x3f80);
+	flow_dtype_store(&buf, 2, FLOW_DTYPE_F16, 1.0);
+	assert_int_equal(buf.u16[2], 0x3c00);
+	flow_dtype_store(&buf, 1, FLOW_DTYPE_I64, -3);
+	assert_int_equal(buf.i64[1], -3);
+	flow_dtype_store(&buf, 2, FLOW_DTYPE_U32, 4000000000.0);
+	assert_int_equal(buf.u32[2], 4000000000u);
+	/* Floats round to nearest even: 1 + 2^-8 is a tie for bf16. */
+	flow_dtype_store(&buf, 0, FLOW_DTYPE_BF16, 1.00390625);
+	assert_true(flow_dtype_load(&buf, 0, FLOW_DTYPE_BF16) == 1.0);
+	flow_dtype_store(&buf, 0, FLOW_DTYPE_F32, 0.1);
+	assert_true(flow_dtype_load(&buf, 0, FLOW_DTYPE_F32) == (double)0.1f);
+	/* An unknown dtype reads 0 and writes nothing. */
+	memset(&buf, 0x11, sizeof(buf));
+	flow_dtype_store(&buf, 0, (flow_dtype_t)FLOW_DTYPE_COUNT, 5);
+	assert_int_equal(buf.u8[0], 0x11);
+	assert_true(flow_dtype_load(&buf, 0, (flow_dtype_t)FLOW_DTYPE_COUNT) == 0);
+}
+
+static void test_tensor_get_and_set_go_through_the_dtype(void **state)
+{
+	(void)state;
+	int64_t dims[2] = { 2, 3 };
+	flow_shape_t shape;
+	flow_tensor_t *t, *v;
+	assert_int_equal(flow_shape_init(&shape, 2, dims, NULL), FLOW_OK);
+	assert_int_equal(flow_tensor_new(FLOW_DTYPE_F16, &shape, &t, NULL), FLOW_OK);
+	for (size_t i = 0; i < 6; i++)
+		flow_tensor_set(t, i, (double)i + 0.5);
+	/* Row-major in the buffer, in the dtype's encoding. */
+	for (size_t i = 0; i < 6; i++)
+		assert_true(flow_dtype_load(flow_tensor_data(t), i, FLOW_DTYPE_F16) ==
+			    (double)i + 0.5);
+	/* A transposed view reads through its strides. */
+	assert_int_equal(flow_tensor_transpose(t, 0, 1, &v, NULL), FLOW_OK);
+	assert_true(flow_tensor_get(v, 1) == 3.5);
+	flow_tensor_set(v, 1, 9);
+	assert_true(flow_dtype_load(flow_tensor_data(t), 3, FLOW_DTYPE_F16) == 9);
+	flow_tensor_free(v);
+	flow_tensor_free(t);
+}
+
+/* flow_shape_io_parse with room for 3 shapes a side. */
+static flow_err_t parse_io(const char *text, flow_shape_t *in, bool *present,
+			   int *nin, flow_shape_t *out, int *nout,
+			   flow_diag_t *diag)
+{
+	return flow_shape_io_parse(text, 3, in, present, nin, out, nout, diag);
+}
+
+static void assert_shape(const flow_shape_t *s, const char *want)
+{
+	char text[64];
+	flow_shape_format(s, text, sizeof(text));
+	assert_string_equal(text, want);
+}
+
+static void test_tensor_shape_io_parse_reads_inputs_and_outputs(void **state)
+{
+	(void)state;
+	flow_shape_t in[3], out[3];
+	bool present[3];
+	int nin = -1, nout = -1;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+
+	assert_int_equal(parse_io("4x8;16x8;-->4x16", in, present, &nin, out, &nout, &diag),
+			 FLOW_OK);
+	assert_int_equal(nin, 3);
+	assert_int_equal(nout, 1);
+	assert_shape(&in[0], "(4,8)");
+	assert_shape(&in[1], "(16,8)");
+	assert_true(present[0] && present[1] && !present[2]);
+	assert_int_equal(in[2].ndim, 0);
+	assert_shape(&out[0], "(4,16)");
+
+	/* An empty item is absent too; scalars and parenthesised shapes. */
+	assert_int_equal(parse_io(";();(2,3)->();5", in, present, &nin, out, &nout, &diag),
+			 FLOW_OK);
+	assert_int_equal(nin, 3);
+	assert_int_equal(nout, 2);
+	assert_false(present[0]);
+	assert_true(present[1] && present[2]);
+	assert_shape(&in[1], "()");
+	assert_shape(&in[2], "(2,3)");
+	assert_shape(&out[0], "()");
+	assert_shape(&out[1], "(5)");
+}
+
+static void test_tensor_shape_io_parse_errors_are_one_line(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *text;
+		flow_err_t err;
+		const char *msg;
+	} cases[] = {
+		{ "4x4", FLOW_ERR_FORMAT, "expected IN;...->OUT;... in '4x4'" },
+		{ "4x4->", FLOW_ERR_FORMAT, "missing output shape in '4x4->'" },
+		{ "4x4->4;-", FLOW_ERR_FORMAT, "missing output shape in '4x4->4;-'" },
+		{ "4x4->4y4", FLOW_ERR_FORMAT, "invalid shape '4y4': expected dimensions like 2,3,4" },
+		{ "4q->4", FLOW_ERR_FORMAT, "invalid shape '4q': expected dimensions like 2,3,4" },
+		{ "1;2;3;4->1", FLOW_ERR_FORMAT, "more than 3 inputs in '1;2;3;4->1'" },
+		{ "1->1;2;3;4", FLOW_ERR_FORMAT, "more than 3 outputs in '1->1;2;3;4'" },
+		{ "4->4294967296x4294967296", FLOW_ERR_RANGE,
+		  "shape '4294967296x4294967296' has too many elements" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		flow_shape_t in[3], out[3];
+		bool present[3];
+		int nin = -1, nout = -1;
+		flow_diag_t diag = FLOW_DIAG_INIT;
+		assert_int_equal(parse_io(cases[i].text, in, present, &nin, out, &nout, &diag),
+				 cases[i].err);
+		assert_string_equal(diag.msg, cases[i].msg);
+		/* The counts are outputs: untouched on failure. */
+		assert_int_equal(nin, -1);
+		assert_int_equal(nout, -1);
+	}
+
+	/* A shape of 128 characters or more. */
+	char text[300], want[400];
+	memset(text, '1', 130);
+	snprintf(text + 130, sizeof(text) - 130, "->1");
+	snprintf(want, sizeof(want), "shape too long in '%s'", text);
+	flow_shape_t in[3], out[3];
+	bool present[3];
+	int nin, nout;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	assert_int_equal(parse_io(text, in, present, &nin, out, &nout, &diag), FLOW_ERR_FORMAT);
+	assert_string_equal(diag.msg, want);
+}
+
 static void test_tensor_new_is_aligned_and_zeroed(void **state)
 {
 	(void)state;
@@ -244,7 +399,11 @@ int main(void)
 		cmocka_unit_test(test_tensor_f16_rounds_to_nearest_even_exhaustively),
 		cmocka_unit_test(test_tensor_bf16_rounds_to_nearest_even),
 		cmocka_unit_test(test_tensor_shape_parse_and_format),
+		cmocka_unit_test(test_tensor_dtype_load_and_store_one_element),
+		cmocka_unit_test(test_tensor_shape_io_parse_reads_inputs_and_outputs),
+		cmocka_unit_test(test_tensor_shape_io_parse_errors_are_one_line),
 		cmocka_unit_test(test_tensor_new_is_aligned_and_zeroed),
+		cmocka_unit_test(test_tensor_get_and_set_go_through_the_dtype),
 		cmocka_unit_test(test_tensor_views_share_storage_and_outlive_the_base),
 		cmocka_unit_test(test_tensor_copy_converts_dtypes),
 	};
