@@ -58,25 +58,11 @@ static int64_t value_of(int n, int r, size_t i)
 	return (int64_t)((i * 7 + (size_t)r * 3) % m) + 1;
 }
 
-static void put(void *buf, size_t i, flow_dtype_t dtype, int64_t v)
-{
-	switch (dtype) {
-	case FLOW_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
-	case FLOW_DTYPE_BF16: ((uint16_t *)buf)[i] = flow_f32_to_bf16((float)v); break;
-	case FLOW_DTYPE_F16: ((uint16_t *)buf)[i] = flow_f32_to_f16((float)v); break;
-	case FLOW_DTYPE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-	case FLOW_DTYPE_I64: ((int64_t *)buf)[i] = v; break;
-	case FLOW_DTYPE_U16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
-	case FLOW_DTYPE_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-	case FLOW_DTYPE_U32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-	}
-}
-
 static bool same(const void *buf, size_t i, flow_dtype_t dtype, int64_t v)
 {
 	size_t elem = flow_dtype_size(dtype);
 	unsigned char want[8];
-	put(want, 0, dtype, v);
+	flow_dtype_store(want, 0, dtype, (double)v);
 	return memcmp((const unsigned char *)buf + i * elem, want, elem) == 0;
 }
 
@@ -190,11 +176,13 @@ static void fill(const plan_t *p, buffers_t *b)
 {
 	size_t nsend = b->send_bytes / flow_dtype_size(p->dtype);
 	for (size_t i = 0; i < nsend; i++)
-		put(b->host_send, i, p->dtype, value_of(p->n, p->me, i));
+		flow_dtype_store(b->host_send, i, p->dtype,
+				 (double)value_of(p->n, p->me, i));
 	if (p->op == FLOW_BENCH_BROADCAST)
 		for (size_t i = 0; i < p->per; i++)
-			put(b->host_recv, i, p->dtype,
-			    p->me == 0 ? value_of(p->n, 0, i) : 0);
+			flow_dtype_store(b->host_recv, i, p->dtype,
+					 p->me == 0 ? (double)value_of(p->n, 0, i) :
+						      0.0);
 }
 
 static int64_t expected(const plan_t *p, size_t i)

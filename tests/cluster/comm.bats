@@ -45,6 +45,21 @@ setup() {
 	assert_summary 4 1 shm
 }
 
+@test "flow-bench comm --nproc 3 measures every collective and checks every result" {
+	for coll in all_reduce reduce_scatter all_gather all_to_all broadcast; do
+		run -0 --separate-stderr timeout "$LAUNCH_TIMEOUT" \
+			flow-bench comm "$coll" -b 1K -e 64K -f 8 --iters 2 \
+			--warmup 1 --nproc 3
+		[ -z "$stderr" ]
+		[[ "${lines[0]}" == "# flow-bench comm $coll: 3 ranks on 1 nodes"* ]]
+		[ "${lines[${#lines[@]} - 1]}" = "# PASS" ]
+		# Three sizes (1K, 8K, 64K), each with no wrong element.
+		rows=$(printf '%s\n' "${lines[@]}" | grep -c '^[0-9]')
+		[ "$rows" -eq 3 ]
+		printf '%s\n' "${lines[@]}" | awk -F'\t' '/^[0-9]/ && $NF != 0 { bad = 1 } END { exit bad }'
+	done
+}
+
 # ---- Slurm -----------------------------------------------------------------------
 
 @test "srun --mpi=pmix -n 2 on one node finds every result right" {

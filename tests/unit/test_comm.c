@@ -13,7 +13,6 @@
 
 #include <string.h>
 
-#include <flow/bench_comm.h>
 #include <flow/comm.h>
 
 #include "worldutil.h"
@@ -149,40 +148,6 @@ static void test_comm_nccl_needs_a_build_with_it(void **state)
 #endif
 }
 
-static void test_comm_bench_factors_follow_nccl_tests(void **state)
-{
-	flow_bench_coll_t op;
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	(void)state;
-	assert_true(flow_bench_coll_busbw_factor(FLOW_BENCH_ALL_REDUCE, 4) == 1.5);
-	assert_true(flow_bench_coll_busbw_factor(FLOW_BENCH_ALL_GATHER, 4) == 0.75);
-	assert_true(flow_bench_coll_busbw_factor(FLOW_BENCH_REDUCE_SCATTER, 2) == 0.5);
-	assert_true(flow_bench_coll_busbw_factor(FLOW_BENCH_ALL_TO_ALL, 8) == 0.875);
-	assert_true(flow_bench_coll_busbw_factor(FLOW_BENCH_BROADCAST, 8) == 1.0);
-	assert_int_equal(flow_bench_coll_lookup("all_to_all", &op, &diag), FLOW_OK);
-	assert_int_equal(op, FLOW_BENCH_ALL_TO_ALL);
-	assert_int_equal(flow_bench_coll_lookup("allreduce", &op, &diag),
-			 FLOW_ERR_USAGE);
-	assert_non_null(strstr(diag.msg, "unknown collective 'allreduce'"));
-}
-
-static void test_comm_bench_checks_every_collective(void **state)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	(void)state;
-	for (int op = 0; op < FLOW_BENCH_NCOLLS; op++) {
-		flow_bench_comm_result_t r;
-		assert_int_equal(flow_bench_comm_run(comm, (flow_bench_coll_t)op,
-						     FLOW_DTYPE_BF16, 1000, 2, 1,
-						     &r, &diag),
-				 FLOW_OK);
-		assert_int_equal(r.bytes, 1000);
-		assert_int_equal(r.count, 500);
-		assert_int_equal(r.wrong, 0);
-		assert_true(r.time_us >= 0);
-	}
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -191,8 +156,6 @@ int main(void)
 		cmocka_unit_test(test_comm_bad_arguments_are_usage_errors),
 		cmocka_unit_test(test_comm_split_and_mesh_axes_on_one_rank),
 		cmocka_unit_test(test_comm_nccl_needs_a_build_with_it),
-		cmocka_unit_test(test_comm_bench_factors_follow_nccl_tests),
-		cmocka_unit_test(test_comm_bench_checks_every_collective),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
