@@ -411,18 +411,13 @@ static flow_err_t check_opts(const flow_launch_opts_t *opts,
  * training alone.  One of one (srun -n 1, mpirun -n 1) may. */
 static flow_err_t check_not_in_job(flow_diag_t *diag)
 {
-	static const char *const vars[] = { "SLURM_STEP_NUM_TASKS",
-					    "OMPI_COMM_WORLD_SIZE",
-					    "PMI_SIZE" };
-	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-		const char *v = getenv(vars[i]);
-		char *end;
-		long n = v ? strtol(v, &end, 10) : 0;
-		if (v && end != v && n > 1)
-			return flow_diag_set(diag, FLOW_ERR_USAGE,
-					     "cannot launch ranks from inside a job of %ld ranks (%s=%s): drop --nproc and let the job's launcher start the ranks, or give the job one task",
-					     n, vars[i], v);
-	}
+	const char *var, *value;
+	long n = flow_launcher_tasks(&var, &value);
+
+	if (n > 1)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "cannot launch ranks from inside a job of %ld ranks (%s=%s): drop --nproc and let the job's launcher start the ranks, or give the job one task",
+				     n, var, value);
 	return FLOW_OK;
 }
 

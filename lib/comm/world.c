@@ -57,21 +57,38 @@ struct flow_world {
 
 /* ---- separate singletons -------------------------------------------------- */
 
-/* A launcher without PMIx starts every task as its own one-rank job; each
- * would then train alone.  These variables betray it (not SLURM_NTASKS: a
- * batch script sees that outside any step). */
-static flow_err_t refuse_separate_singletons(flow_diag_t *diag)
+long flow_launcher_tasks(const char **var_out, const char **value_out)
 {
-	static const char *const vars[] = { "SLURM_STEP_NUM_TASKS", "PMI_SIZE",
-					    "OMPI_COMM_WORLD_SIZE" };
+	static const char *const vars[] = { "SLURM_STEP_NUM_TASKS",
+					    "OMPI_COMM_WORLD_SIZE",
+					    "PMI_SIZE" };
+
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
 		const char *v = getenv(vars[i]);
-		if (v && strtol(v, NULL, 10) > 1)
-			return flow_diag_set(
-				diag, FLOW_ERR_USAGE,
-				"this process is one of %s tasks (%s) but no PMIx server answered: launch with 'srun --mpi=pmix', 'mpirun' or '--nproc', not as separate singletons",
-				v, vars[i]);
+		char *end;
+		long n = v ? strtol(v, &end, 10) : 0;
+
+		if (v && end != v && n > 1) {
+			*var_out = vars[i];
+			*value_out = v;
+			return n;
+		}
 	}
+	*var_out = *value_out = NULL;
+	return 1;
+}
+
+/* A launcher without PMIx starts every task as its own one-rank job; each
+ * would then train alone. */
+static flow_err_t refuse_separate_singletons(flow_diag_t *diag)
+{
+	const char *var, *value;
+
+	if (flow_launcher_tasks(&var, &value) > 1)
+		return flow_diag_set(
+			diag, FLOW_ERR_USAGE,
+			"this process is one of %s tasks (%s) but no PMIx server answered: launch with 'srun --mpi=pmix', 'mpirun' or '--nproc', not as separate singletons",
+			value, var);
 	return FLOW_OK;
 }
 
