@@ -9,10 +9,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <flow/boxing.h>
 #include <flow/sbp.h>
 
 flow_mesh_t mesh_of(const char *text);
 flow_nd_sbp_t sbp_of(const char *text);
+/* The boxing plan of shape (text) of dtype from sbp on mesh to sbp on
+ * mesh, with cluster (NULL: the default); a refusal fails the test. */
+flow_boxing_plan_t typed_plan_of(const char *shape, flow_dtype_t dtype,
+				 const char *from_mesh, const char *from,
+				 const char *to_mesh, const char *to,
+				 const flow_cluster_t *cluster);
+/* The same in f32. */
+flow_boxing_plan_t plan_of(const char *shape, const char *from_mesh,
+			   const char *from, const char *to_mesh,
+			   const char *to, const flow_cluster_t *cluster);
 
 /* ---- for property tests, and no cmocka ----------------------------------- */
 

@@ -1,4 +1,5 @@
-/* Property tests of boxing: for thousands of random tensors, meshes,
+/* The reference executor (lib/sbp/boxing_sim.c) running the planner's
+ * plans, as property tests: for thousands of random tensors, meshes,
  * placements and pairs of valid nd-SBPs, a plan run by the reference
  * executor must leave every destination rank exactly its slice (a P
  * destination: the sum over its copies), and the bytes the executor counts
@@ -405,7 +406,7 @@ static bool run_config(uint64_t seed, stats_t *stats)
 	return ok;
 }
 
-static void test_boxing_property_random_layouts_convert_exactly(void **state)
+static void test_boxing_sim_random_layouts_convert_exactly(void **state)
 {
 	(void)state;
 	stats_t stats = { 0 };
@@ -432,7 +433,7 @@ static void test_boxing_property_random_layouts_convert_exactly(void **state)
 
 /* Exhaustive on one small configuration: every pair of layouts of a
  * (5,3) tensor on a 2x2 mesh, where nested splits are uneven. */
-static void test_boxing_property_every_pair_on_2x2(void **state)
+static void test_boxing_sim_every_pair_on_2x2(void **state)
 {
 	(void)state;
 	flow_shape_t shape = { 2, { 5, 3 } };
@@ -461,8 +462,8 @@ int main(void)
 		first_seed = (uint64_t)v;
 	}
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_boxing_property_every_pair_on_2x2),
-		cmocka_unit_test(test_boxing_property_random_layouts_convert_exactly),
+		cmocka_unit_test(test_boxing_sim_every_pair_on_2x2),
+		cmocka_unit_test(test_boxing_sim_random_layouts_convert_exactly),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
