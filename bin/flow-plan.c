@@ -715,25 +715,15 @@ static int run_boxing(flow_tool_t *tool, const plan_opts_t *o)
 
 /* ---- --signatures --------------------------------------------------------------- */
 
-/* The name of the 1-D signature an n-D candidate uses on mesh axis a: the
- * first whose SBPs match; "?" when none does. */
+/* The name of the 1-D signature an n-D candidate uses on mesh axis a;
+ * "?" when none matches. */
 static const char *axis_signature_name(const flow_sig_query_t *q,
 				       const flow_sig_t *sigs, int nsigs,
 				       const flow_nd_sig_t *nd, int a)
 {
-	for (int s = 0; s < nsigs; s++) {
-		bool match = true;
-		for (int i = 0; i < q->nin && match; i++)
-			if (q->in_present[i] &&
-			    !flow_sbp_equal(sigs[s].in[i], nd->in[i].sbp[a]))
-				match = false;
-		for (int i = 0; i < q->nout && match; i++)
-			if (!flow_sbp_equal(sigs[s].out[i], nd->out[i].sbp[a]))
-				match = false;
-		if (match)
-			return sigs[s].name ? sigs[s].name : "?";
-	}
-	return "?";
+	int i = flow_sig_axis_index(q, sigs, nsigs, nd, a);
+
+	return i >= 0 && sigs[i].name ? sigs[i].name : "?";
 }
 
 static void print_shapes(const flow_shape_t *shapes, const bool *present,

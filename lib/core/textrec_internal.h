@@ -1,6 +1,6 @@
 /* Line-oriented, checksummed text records, private to libflow: the reader
- * behind the dataset manifest (lib/data/manifest.c), the checkpoint manifest and
- * indexes (lib/ckpt/ckpt.c) and, next, plan files.
+ * behind the dataset manifest (lib/data/manifest.c), the checkpoint manifest
+ * and indexes (lib/ckpt/ckpt_index.c) and plan files (lib/plan/plan.c).
  *
  * Such a text is a sequence of lines, each ending in a newline (the last
  * one too).  A line is a record of fields, the first naming it, and the

@@ -110,6 +110,14 @@ FLOW_EXPORT flow_err_t flow_sig_check(const flow_sig_query_t *query,
 				      const flow_nd_sig_t *sig,
 				      flow_diag_t *diag) FLOW_MUST_CHECK;
 
+/* Which 1-D signature the n-D signature sig uses on mesh axis `axis`:
+ * the index in sigs[0..nsigs) (flow_sig_list's answer for query) of the
+ * first whose SBPs equal sig's on that axis (absent optional inputs
+ * aside), or -1 when none does. */
+FLOW_EXPORT int flow_sig_axis_index(const flow_sig_query_t *query,
+				    const flow_sig_t *sigs, int nsigs,
+				    const flow_nd_sig_t *sig, int axis);
+
 /* The query of graph op `op` (its kind's name, its tensors' shapes and
  * attributes). */
 FLOW_EXPORT void flow_sig_query_of_op(const flow_graph_t *g, int op,

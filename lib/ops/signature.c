@@ -111,6 +111,30 @@ static bool sig_equal(const flow_sig_query_t *q, const flow_sig_t *a,
 	return true;
 }
 
+/* The 1-D signature an n-D one uses on axis a, as a 1-D signature. */
+static flow_sig_t sig_on_axis(const flow_nd_sig_t *sig, int a)
+{
+	flow_sig_t s;
+
+	memset(&s, 0, sizeof(s));
+	for (int i = 0; i < FLOW_SIG_MAX_IO; i++) {
+		s.in[i] = sig->in[i].sbp[a];
+		s.out[i] = sig->out[i].sbp[a];
+	}
+	return s;
+}
+
+int flow_sig_axis_index(const flow_sig_query_t *query, const flow_sig_t *sigs,
+			int nsigs, const flow_nd_sig_t *sig, int axis)
+{
+	flow_sig_t want = sig_on_axis(sig, axis);
+
+	for (int i = 0; i < nsigs; i++)
+		if (sig_equal(query, &sigs[i], &want))
+			return i;
+	return -1;
+}
+
 static bool sig_all_broadcast(const flow_sig_query_t *q, const flow_sig_t *s)
 {
 	for (int i = 0; i < q->nin; i++)
@@ -595,17 +619,11 @@ flow_err_t flow_sig_check(const flow_sig_query_t *query,
 		}
 	}
 	for (int a = 0; a < mesh->ndim; a++) {
-		flow_sig_t want;
-		int found = -1;
+		int found = flow_sig_axis_index(query, l->sigs[a], l->n[a], sig,
+						a);
 
-		for (int i = 0; i < FLOW_SIG_MAX_IO; i++) {
-			want.in[i] = sig->in[i].sbp[a];
-			want.out[i] = sig->out[i].sbp[a];
-		}
-		for (int i = 0; i < l->n[a] && found < 0; i++)
-			if (sig_equal(query, &l->sigs[a][i], &want))
-				found = i;
 		if (found < 0) {
+			flow_sig_t want = sig_on_axis(sig, a);
 			err = sig_explain(op, query, mesh, a, &want,
 					  l->sigs[a], l->n[a], diag);
 			goto out_free_lists;

@@ -3,7 +3,12 @@
  * small GPT-like graph; activation gradients are cleared before each backward
  * pass while parameter gradients accumulate; the loss and its scale;
  * parameter initialisation (Philox by logical index, padded rows zero);
- * storage, the executor's and the host storage's; the profile. */
+ * storage, the executor's and the host storage's; the profile.  The ops
+ * of a localized graph that talk to other ranks (lib/runtime/exec_dist.c:
+ * boxing, the vocabulary-parallel embedding and cross-entropy) need
+ * ranks: tests/cluster/train.bats runs them under tensor parallelism
+ * against one rank, and tests/unit/test_boxing_exec.c runs boxing plans
+ * on one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -614,7 +614,7 @@ static flow_sig_query_t reshape_query(int nx, const int64_t *x, int ny,
 static void test_signature_reshape_groups(void **state)
 {
 	(void)state;
-	/* oneflow.md's example, [B,S,H] -> [B,S,heads,hd]. */
+	/* OneFlow's documented reshape example, [B,S,H] -> [B,S,heads,hd]. */
 	flow_sig_query_t q = RESHAPE(2, (4, 6, 8), (4, 6, 2, 4));
 
 	LIST_IS(&q,
@@ -781,6 +781,41 @@ static int candidates(const flow_sig_query_t *q, const flow_mesh_t *mesh,
 	if (n < 0)
 		fail_msg("%s: %s", q->op, flow_diag_message(&diag));
 	return n;
+}
+
+/* Every candidate on 2x2 names, on each axis, a 1-D signature with its
+ * SBPs there; an n-D signature no product gives names none. */
+static void test_signature_axis_index_finds_each_axis_rule(void **state)
+{
+	(void)state;
+	flow_sig_query_t q = matmul_query(true);
+	flow_mesh_t m = mesh_of("2x2");
+	flow_sig_t sigs[FLOW_SIG_MAX];
+	flow_nd_sig_t nd[64];
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	int nsigs = flow_sig_list(&q, sigs, &diag);
+	int n = candidates(&q, &m, nd, 64, NULL);
+
+	assert_true(nsigs > 1);
+	assert_true(n > 1);
+	for (int c = 0; c < n; c++)
+		for (int a = 0; a < m.ndim; a++) {
+			int i = flow_sig_axis_index(&q, sigs, nsigs, &nd[c], a);
+			assert_true(i >= 0 && i < nsigs);
+			for (int t = 0; t < q.nin; t++)
+				assert_true(flow_sbp_equal(sigs[i].in[t],
+							   nd[c].in[t].sbp[a]));
+			assert_true(flow_sbp_equal(sigs[i].out[0],
+						   nd[c].out[0].sbp[a]));
+		}
+	/* x and weight split on their contracted dimension, the output
+	 * broadcast: no 1-D rule (row parallel gives P). */
+	flow_nd_sig_t bad = nd[0];
+	bad.in[0].sbp[1] = (flow_sbp_t){ .kind = FLOW_SBP_SPLIT, .axis = 2 };
+	bad.in[1].sbp[1] = (flow_sbp_t){ .kind = FLOW_SBP_SPLIT, .axis = 1 };
+	bad.in[2].sbp[1] = (flow_sbp_t){ .kind = FLOW_SBP_BROADCAST };
+	bad.out[0].sbp[1] = (flow_sbp_t){ .kind = FLOW_SBP_BROADCAST };
+	assert_int_equal(flow_sig_axis_index(&q, sigs, nsigs, &bad, 1), -1);
 }
 
 static size_t candidate_count(const flow_sig_query_t *q, const char *mesh)
@@ -2089,6 +2124,7 @@ int main(void)
 		cmocka_unit_test(test_signature_property_embedding),
 		cmocka_unit_test(test_signature_property_bias_and_broadcast_add),
 		cmocka_unit_test(test_signature_property_cross_entropy_rows),
+		cmocka_unit_test(test_signature_axis_index_finds_each_axis_rule),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
