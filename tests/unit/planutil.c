@@ -50,10 +50,16 @@ flow_err_t planutil_parse_edited(const char *text, const char *from,
 	char *edited = malloc(n);
 	flow_err_t err;
 
-	if (!at)
-		fail_msg("no '%s' in the plan", from);
-	if (!edited)
-		fail_msg("out of memory");
+	/* fail_msg jumps out of the test; the returns are for the compiler,
+	 * which does not know that. */
+	if (!at || !edited) {
+		free(edited);
+		if (!at)
+			fail_msg("no '%s' in the plan", from);
+		else
+			fail_msg("out of memory");
+		return FLOW_ERR_USAGE;
+	}
 	snprintf(edited, n, "%.*s%s%s", (int)(at - text), text, to,
 		 at + strlen(from));
 	err = flow_plan_parse(edited, strlen(edited), "t.plan", plan_out, diag);
