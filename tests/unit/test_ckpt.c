@@ -664,16 +664,6 @@ enum { PROP_CKPTS = 24, PROP_TENSORS = 16, PROP_RANKS_MAX = 4,
 
 /* Cut dimension of length n into 1-3 pieces at random points (pieces may
  * be empty); returns the number of pieces, bounds in cuts[0..k]. */
-static bool box_same(const flow_box_t *a, const flow_box_t *b)
-{
-	if (a->ndim != b->ndim)
-		return false;
-	for (int d = 0; d < a->ndim; d++)
-		if (a->start[d] != b->start[d] || a->extent[d] != b->extent[d])
-			return false;
-	return true;
-}
-
 static int random_cuts(uint64_t *rng, int64_t n, int64_t cuts[5])
 {
 	int k = (int)rng_range(rng, 1, 3);
@@ -741,7 +731,7 @@ static void test_ckpt_property_any_box_of_random_tilings(void **state)
 				/* Equal empty cells are one box. */
 				bool dup = false;
 				for (int i = first; i < npieces && !dup; i++)
-					dup = box_same(&pieces[i].box, &b);
+					dup = flow_box_equal(&pieces[i].box, &b);
 				if (!dup) {
 					assert_true(npieces + 2 <= PROP_PIECES_MAX);
 					uint32_t r = (uint32_t)rng_range(&rng, 0,
