@@ -475,8 +475,18 @@ static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o)
 						  d[DIM_N], d[DIM_V], d[DIM_VP],
 						  x->loss_scale);
 		break;
-	default: /* boxing, handled above; signature-only kinds do not pass
-		  * flow_graph_validate */
+	case FLOW_OP_BOXING: /* handled above */
+		break;
+	/* Signature-only kinds do not pass flow_graph_validate.  Listed
+	 * rather than a default, so that -Wswitch names a new graph kind
+	 * this switch forgets. */
+	case FLOW_OP_LAYERNORM_PARAM_GRAD:
+	case FLOW_OP_RESHAPE:
+	case FLOW_OP_TRANSPOSE:
+	case FLOW_OP_REDUCE_SUM:
+	case FLOW_OP_REDUCE_MEAN:
+	case FLOW_OP_BIAS_ADD:
+	case FLOW_OP_BROADCAST_ADD:
 		break;
 	}
 	return FLOW_OK;
