@@ -17,21 +17,6 @@
 
 #include "worldutil.h"
 
-static flow_world_t *world;
-static flow_comm_t *comm;
-
-static int setup(void **state)
-{
-	(void)state;
-	return worldutil_singleton_open(5.0, &world, &comm);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return worldutil_singleton_close(world, comm);
-}
-
 static void test_bench_comm_factors_follow_nccl_tests(void **state)
 {
 	flow_bench_coll_t op;
@@ -55,7 +40,7 @@ static void test_bench_comm_checks_every_collective(void **state)
 	(void)state;
 	for (int op = 0; op < FLOW_BENCH_NCOLLS; op++) {
 		flow_bench_comm_result_t r;
-		assert_int_equal(flow_bench_comm_run(comm, (flow_bench_coll_t)op,
+		assert_int_equal(flow_bench_comm_run(worldutil_comm, (flow_bench_coll_t)op,
 						     FLOW_DTYPE_BF16, 1000, 2, 1,
 						     &r, &diag),
 				 FLOW_OK);
@@ -72,5 +57,6 @@ int main(void)
 		cmocka_unit_test(test_bench_comm_factors_follow_nccl_tests),
 		cmocka_unit_test(test_bench_comm_checks_every_collective),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, worldutil_setup,
+				      worldutil_teardown);
 }

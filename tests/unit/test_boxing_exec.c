@@ -35,21 +35,6 @@
 /* nd-SBPs of a 3-D tensor on a 2-axis mesh: at most (3 + 2)^2. */
 #define MAX_LAYOUTS 25
 
-static flow_world_t *world;
-static flow_comm_t *comm;
-
-static int setup(void **state)
-{
-	(void)state;
-	return worldutil_singleton_open(5.0, &world, &comm);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return worldutil_singleton_close(world, comm);
-}
-
 static flow_shape_t shape_of(int ndim, const int64_t *dims)
 {
 	flow_shape_t s;
@@ -156,7 +141,7 @@ static void assert_runs_as_simulated(const flow_boxing_plan_t *plan)
 
 	if (flow_boxing_simulate(plan, local, 1, NULL, NULL, &diag) != FLOW_OK)
 		fail_msg("simulate: %s", diag.msg);
-	if (flow_boxing_comms_new(comm, &plan->src_mesh, &comms, &diag) !=
+	if (flow_boxing_comms_new(worldutil_comm, &plan->src_mesh, &comms, &diag) !=
 		    FLOW_OK ||
 	    flow_boxing_run(plan, comms, src, dst, &diag) != FLOW_OK)
 		fail_msg("run: %s", diag.msg);
@@ -181,7 +166,7 @@ static void assert_comms_new_refused(const flow_mesh_t *mesh, flow_err_t err,
 {
 	flow_boxing_comms_t *comms = (flow_boxing_comms_t *)&comms;
 	flow_diag_t diag = FLOW_DIAG_INIT;
-	assert_int_equal(flow_boxing_comms_new(comm, mesh, &comms, &diag), err);
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, mesh, &comms, &diag), err);
 	assert_string_equal(diag.msg, message);
 	assert_ptr_equal(comms, (flow_boxing_comms_t *)&comms);
 }
@@ -220,7 +205,7 @@ static void test_boxing_exec_comms_new_refuses_an_nccl_communicator(void **state
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_mesh_t mesh = mesh_of("1");
 	(void)state;
-	if (flow_comm_world(world, FLOW_COMM_NCCL, &nccl, &diag) != FLOW_OK)
+	if (flow_comm_world(worldutil_world, FLOW_COMM_NCCL, &nccl, &diag) != FLOW_OK)
 		skip(); /* no NCCL in this build, or no GPU */
 	assert_int_equal(flow_boxing_comms_new(nccl, &mesh, &comms, &diag),
 			 FLOW_ERR_NOTSUP);
@@ -237,7 +222,7 @@ static void test_boxing_exec_comms_axes_gives_one_communicator_per_group(void **
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_mesh_t mesh = mesh_of("1x1:dp,tp");
 	(void)state;
-	assert_int_equal(flow_boxing_comms_new(comm, &mesh, &comms, &diag),
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &mesh, &comms, &diag),
 			 FLOW_OK);
 	assert_int_equal(flow_boxing_comms_axes(comms, 3u, &a, &diag), FLOW_OK);
 	assert_int_equal(flow_comm_size(a), 1);
@@ -265,7 +250,7 @@ static void assert_run_refused(const flow_boxing_plan_t *plan, flow_err_t err,
 	flow_mesh_t mesh = mesh_of("1");
 	float src[60] = { 1 }, dst[60];
 	memset(dst, GUARD_BYTE, sizeof(dst));
-	assert_int_equal(flow_boxing_comms_new(comm, &mesh, &comms, &diag),
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &mesh, &comms, &diag),
 			 FLOW_OK);
 	assert_int_equal(flow_boxing_run(plan, comms, src, dst, &diag), err);
 	assert_string_equal(diag.msg, message);
@@ -350,7 +335,7 @@ static void test_boxing_exec_run_refuses_overlapping_pieces(void **state)
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	float buf[61] = { 0 };
 	(void)state;
-	assert_int_equal(flow_boxing_comms_new(comm, &plan.src_mesh, &comms,
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &plan.src_mesh, &comms,
 					       &diag),
 			 FLOW_OK);
 	assert_int_equal(flow_boxing_run(&plan, comms, buf, buf + 1, &diag),
@@ -486,5 +471,6 @@ int main(void)
 		cmocka_unit_test(test_boxing_exec_a_plan_of_many_steps_runs_as_simulated),
 		cmocka_unit_test(test_boxing_exec_an_empty_plan_copies),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, worldutil_setup,
+				      worldutil_teardown);
 }

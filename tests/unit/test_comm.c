@@ -17,30 +17,15 @@
 
 #include "worldutil.h"
 
-static flow_world_t *world;
-static flow_comm_t *comm;
-
-static int setup(void **state)
-{
-	(void)state;
-	return worldutil_singleton_open(5.0, &world, &comm);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	return worldutil_singleton_close(world, comm);
-}
-
 static void test_comm_world_of_a_singleton_is_one_rank_of_self(void **state)
 {
 	(void)state;
-	assert_int_equal(flow_comm_size(comm), 1);
-	assert_int_equal(flow_comm_rank(comm), 0);
-	assert_int_equal(flow_comm_world_rank(comm, 0), 0);
-	assert_string_equal(flow_comm_transport(comm), "self");
-	assert_int_equal(flow_comm_backend(comm), FLOW_COMM_CPU);
-	assert_int_equal(flow_comm_device(comm), -1);
+	assert_int_equal(flow_comm_size(worldutil_comm), 1);
+	assert_int_equal(flow_comm_rank(worldutil_comm), 0);
+	assert_int_equal(flow_comm_world_rank(worldutil_comm, 0), 0);
+	assert_string_equal(flow_comm_transport(worldutil_comm), "self");
+	assert_int_equal(flow_comm_backend(worldutil_comm), FLOW_COMM_CPU);
+	assert_int_equal(flow_comm_device(worldutil_comm), -1);
 }
 
 static void test_comm_one_rank_collectives_copy(void **state)
@@ -49,36 +34,36 @@ static void test_comm_one_rank_collectives_copy(void **state)
 	size_t counts[1] = { 5 };
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	(void)state;
-	uint64_t seq = flow_comm_seq(comm);
-	assert_int_equal(flow_all_reduce(comm, in, out, 5, FLOW_DTYPE_F32, &diag),
+	uint64_t seq = flow_comm_seq(worldutil_comm);
+	assert_int_equal(flow_all_reduce(worldutil_comm, in, out, 5, FLOW_DTYPE_F32, &diag),
 			 FLOW_OK);
 	assert_memory_equal(in, out, sizeof in);
 	memset(out, 0, sizeof out);
-	assert_int_equal(flow_all_gather(comm, in, out, counts, FLOW_DTYPE_F32,
+	assert_int_equal(flow_all_gather(worldutil_comm, in, out, counts, FLOW_DTYPE_F32,
 					 &diag),
 			 FLOW_OK);
 	assert_memory_equal(in, out, sizeof in);
 	memset(out, 0, sizeof out);
-	assert_int_equal(flow_reduce_scatter(comm, in, out, counts,
+	assert_int_equal(flow_reduce_scatter(worldutil_comm, in, out, counts,
 					     FLOW_DTYPE_F32, &diag),
 			 FLOW_OK);
 	assert_memory_equal(in, out, sizeof in);
 	memset(out, 0, sizeof out);
-	assert_int_equal(flow_all_to_all(comm, in, counts, out, counts,
+	assert_int_equal(flow_all_to_all(worldutil_comm, in, counts, out, counts,
 					 FLOW_DTYPE_F32, &diag),
 			 FLOW_OK);
 	assert_memory_equal(in, out, sizeof in);
-	assert_int_equal(flow_broadcast(comm, in, 5, FLOW_DTYPE_F32, 0, &diag),
+	assert_int_equal(flow_broadcast(worldutil_comm, in, 5, FLOW_DTYPE_F32, 0, &diag),
 			 FLOW_OK);
-	assert_int_equal(flow_barrier(comm, &diag), FLOW_OK);
+	assert_int_equal(flow_barrier(worldutil_comm, &diag), FLOW_OK);
 	/* In place, and zero elements. */
-	assert_int_equal(flow_all_reduce(comm, in, in, 5, FLOW_DTYPE_F32, &diag),
+	assert_int_equal(flow_all_reduce(worldutil_comm, in, in, 5, FLOW_DTYPE_F32, &diag),
 			 FLOW_OK);
-	assert_int_equal(flow_all_reduce(comm, NULL, NULL, 0, FLOW_DTYPE_F32,
+	assert_int_equal(flow_all_reduce(worldutil_comm, NULL, NULL, 0, FLOW_DTYPE_F32,
 					 &diag),
 			 FLOW_OK);
 	/* Every collective counts, point to point does not. */
-	assert_int_equal(flow_comm_seq(comm), seq + 8);
+	assert_int_equal(flow_comm_seq(worldutil_comm), seq + 8);
 }
 
 static void test_comm_bad_arguments_are_usage_errors(void **state)
@@ -87,20 +72,20 @@ static void test_comm_bad_arguments_are_usage_errors(void **state)
 	uint16_t h = 1;
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	(void)state;
-	assert_int_equal(flow_broadcast(comm, &x, 1, FLOW_DTYPE_F32, 1, &diag),
+	assert_int_equal(flow_broadcast(worldutil_comm, &x, 1, FLOW_DTYPE_F32, 1, &diag),
 			 FLOW_ERR_USAGE);
 	assert_string_equal(diag.msg,
 			    "root 1 is not a rank of a 1-rank communicator");
 	flow_diag_clear(&diag);
-	assert_int_equal(flow_all_reduce(comm, &h, &h, 1, FLOW_DTYPE_U16, &diag),
+	assert_int_equal(flow_all_reduce(worldutil_comm, &h, &h, 1, FLOW_DTYPE_U16, &diag),
 			 FLOW_ERR_USAGE);
 	assert_string_equal(diag.msg, "cannot sum dtype 'u16'");
 	flow_diag_clear(&diag);
-	assert_int_equal(flow_send(comm, &x, 1, FLOW_DTYPE_F32, 0, &diag),
+	assert_int_equal(flow_send(worldutil_comm, &x, 1, FLOW_DTYPE_F32, 0, &diag),
 			 FLOW_ERR_USAGE);
 	assert_string_equal(diag.msg, "rank 0 cannot send to itself");
 	flow_diag_clear(&diag);
-	assert_int_equal(flow_all_reduce(comm, &x, &x, SIZE_MAX / 2,
+	assert_int_equal(flow_all_reduce(worldutil_comm, &x, &x, SIZE_MAX / 2,
 					 FLOW_DTYPE_F32, &diag),
 			 FLOW_ERR_RANGE);
 	assert_false(flow_comm_can_reduce(FLOW_COMM_CPU, FLOW_DTYPE_U16));
@@ -113,21 +98,21 @@ static void test_comm_split_and_mesh_axes_on_one_rank(void **state)
 	flow_mesh_t mesh;
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	(void)state;
-	assert_int_equal(flow_comm_split(comm, 3, 0, &child, &diag), FLOW_OK);
+	assert_int_equal(flow_comm_split(worldutil_comm, 3, 0, &child, &diag), FLOW_OK);
 	assert_int_equal(flow_comm_size(child), 1);
 	assert_int_equal(flow_comm_world_rank(child, 0), 0);
 	flow_comm_free(child);
-	assert_int_equal(flow_comm_split(comm, -1, 0, &child, &diag),
+	assert_int_equal(flow_comm_split(worldutil_comm, -1, 0, &child, &diag),
 			 FLOW_ERR_USAGE);
 	assert_null(child);
 	flow_diag_clear(&diag);
 	assert_int_equal(flow_mesh_parse("1x1:dp,tp", &mesh, &diag), FLOW_OK);
-	assert_int_equal(flow_comm_mesh_axes(comm, &mesh, 1u, &child, &diag),
+	assert_int_equal(flow_comm_mesh_axes(worldutil_comm, &mesh, 1u, &child, &diag),
 			 FLOW_OK);
 	assert_int_equal(flow_comm_size(child), 1);
 	flow_comm_free(child);
 	assert_int_equal(flow_mesh_parse("2x2", &mesh, &diag), FLOW_OK);
-	assert_int_equal(flow_comm_mesh_axes(comm, &mesh, 1u, &child, &diag),
+	assert_int_equal(flow_comm_mesh_axes(worldutil_comm, &mesh, 1u, &child, &diag),
 			 FLOW_ERR_USAGE);
 	assert_string_equal(diag.msg,
 			    "mesh '2x2' does not cover exactly the 1 ranks of the communicator");
@@ -139,7 +124,7 @@ static void test_comm_nccl_needs_a_build_with_it(void **state)
 	flow_comm_t *c = NULL;
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	(void)state;
-	assert_int_equal(flow_comm_world(world, FLOW_COMM_NCCL, &c, &diag),
+	assert_int_equal(flow_comm_world(worldutil_world, FLOW_COMM_NCCL, &c, &diag),
 			 FLOW_ERR_NOTSUP);
 	assert_null(c);
 #else
@@ -157,5 +142,6 @@ int main(void)
 		cmocka_unit_test(test_comm_split_and_mesh_axes_on_one_rank),
 		cmocka_unit_test(test_comm_nccl_needs_a_build_with_it),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, worldutil_setup,
+				      worldutil_teardown);
 }

@@ -25,6 +25,7 @@
 #include <flow/world.h>
 
 #include "testutil.h"
+#include "worldutil.h"
 
 /* Small enough that a step takes a millisecond. */
 #define MODEL "gpt:layers=1,heads=2,dim=16,vocab=256,seq=16"
@@ -207,9 +208,7 @@ static void test_train_one_rank_world_gets_a_data_parallel_group_of_one(void **s
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_world_t *w = NULL;
 	flow_comm_t *world = NULL;
-	if (flow_world_init(&w, 5.0, &diag) != FLOW_OK ||
-	    flow_comm_world(w, FLOW_COMM_CPU, &world, &diag) != FLOW_OK)
-		fail_msg("%s", flow_diag_message(&diag));
+	assert_int_equal(worldutil_singleton_open(5.0, &w, &world), 0);
 	assert_int_equal(flow_comm_size(world), 1);
 	flow_plan_t *p = plan_file("dp1.plan", "1", 2, 16, 2);
 	flow_train_config_t c;
@@ -228,8 +227,7 @@ static void test_train_one_rank_world_gets_a_data_parallel_group_of_one(void **s
 	assert_int_equal(rows[0].step, 1);
 	flow_trainer_free(t);
 	flow_plan_free(p);
-	flow_comm_free(world);
-	assert_int_equal(flow_world_free(w, &diag), FLOW_OK);
+	assert_int_equal(worldutil_singleton_close(w, world), 0);
 }
 
 /* Without a world there is no group: one rank, no communicator. */

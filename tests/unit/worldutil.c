@@ -42,3 +42,18 @@ int worldutil_singleton_close(flow_world_t *world, flow_comm_t *comm)
 	flow_comm_free(comm);
 	return flow_world_free(world, NULL) == FLOW_OK ? 0 : -1;
 }
+
+flow_world_t *worldutil_world;
+flow_comm_t *worldutil_comm;
+
+int worldutil_setup(void **state)
+{
+	(void)state;
+	return worldutil_singleton_open(5.0, &worldutil_world, &worldutil_comm);
+}
+
+int worldutil_teardown(void **state)
+{
+	(void)state;
+	return worldutil_singleton_close(worldutil_world, worldutil_comm);
+}

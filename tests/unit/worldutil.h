@@ -21,4 +21,12 @@ int worldutil_singleton_open(double timeout_s, flow_world_t **world_out,
 /* Free comm and leave world.  Returns 0, or -1 when leaving fails. */
 int worldutil_singleton_close(flow_world_t *world, flow_comm_t *comm);
 
+/* A cmocka group's setup and teardown (its state argument unused): open
+ * the singleton world (deadline 5 s) into worldutil_world and
+ * worldutil_comm, and close them. */
+extern flow_world_t *worldutil_world;
+extern flow_comm_t *worldutil_comm;
+int worldutil_setup(void **state);
+int worldutil_teardown(void **state);
+
 #endif
