@@ -389,6 +389,41 @@ out_close:
 	return err;
 }
 
+flow_err_t flow_file_read_stream(FILE *f, const char *name, char **data_out,
+			       size_t *len_out, flow_diag_t *diag)
+{
+	size_t len = 0, cap = 0;
+	char *data = NULL;
+
+	for (;;) {
+		/* One byte more than read, for the NUL. */
+		if (len + 1 >= cap) {
+			size_t ncap;
+			char *p;
+			if (!flow_mul_size(cap ? cap : 32768, 2, &ncap) ||
+			    !(p = realloc(data, ncap))) {
+				free(data);
+				return flow_diag_set(diag, FLOW_ERR_NOMEM,
+						     "%s: out of memory", name);
+			}
+			data = p;
+			cap = ncap;
+		}
+		size_t n = fread(data + len, 1, cap - 1 - len, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	if (ferror(f)) {
+		free(data);
+		return flow_diag_set(diag, FLOW_ERR_IO, "cannot read %s", name);
+	}
+	data[len] = '\0';
+	*data_out = data;
+	*len_out = len;
+	return FLOW_OK;
+}
+
 flow_err_t flow_temp_dir_create(const char *path, flow_temp_dir_t **dir_out,
 				flow_diag_t *diag)
 {

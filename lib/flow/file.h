@@ -1,7 +1,8 @@
 /* File I/O that never leaves a half-written artifact under its final name:
  * writes go to "<name>.tmp.<pid>" in the same directory, which is fsynced,
  * renamed into place and its directory fsynced on commit, and unlinked on
- * abort.  Also whole-file reads with errors that name the file. */
+ * abort.  Also whole-file and whole-stream reads with errors that name
+ * them. */
 #ifndef FLOW_FILE_H
 #define FLOW_FILE_H
 
@@ -49,6 +50,14 @@ FLOW_EXPORT flow_err_t flow_file_write_atomic(const char *path,
 FLOW_EXPORT flow_err_t flow_file_read_all(const char *path, char **data_out,
 					  size_t *len_out, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
+/* Read stream f to its end (standard input, a pipe), naming it `name`
+ * in messages ("standard input: out of memory", "cannot read standard
+ * input").  *data_out is owned by the caller (free with free()); it is
+ * NUL-terminated, the NUL not counted in *len_out.  Both are set only on
+ * FLOW_OK. */
+FLOW_EXPORT flow_err_t flow_file_read_stream(FILE *f, const char *name,
+					     char **data_out, size_t *len_out,
+					     flow_diag_t *diag) FLOW_MUST_CHECK;
 /* fsync the directory holding path (or path itself when it is one). */
 FLOW_EXPORT flow_err_t flow_fsync_dir(const char *path, flow_diag_t *diag)
 	FLOW_MUST_CHECK;

@@ -430,40 +430,6 @@ out_free_copy:
 	return err;
 }
 
-static flow_err_t read_stream(FILE *f, char **data_out, size_t *len_out,
-			      flow_diag_t *diag)
-{
-	size_t len = 0, cap = 0;
-	char *data = NULL;
-
-	for (;;) {
-		if (len == cap) {
-			size_t ncap = cap ? cap * 2 : 65536;
-			char *p = realloc(data, ncap);
-			if (!p) {
-				free(data);
-				return flow_diag_set(diag, FLOW_ERR_NOMEM,
-						     "standard input: out of "
-						     "memory");
-			}
-			data = p;
-			cap = ncap;
-		}
-		size_t n = fread(data + len, 1, cap - len, f);
-		len += n;
-		if (n == 0)
-			break;
-	}
-	if (ferror(f)) {
-		free(data);
-		return flow_diag_set(diag, FLOW_ERR_IO,
-				     "cannot read standard input");
-	}
-	*data_out = data;
-	*len_out = len;
-	return FLOW_OK;
-}
-
 flow_err_t flow_plan_read(const char *path, flow_plan_t **plan_out,
 			  flow_diag_t *diag)
 {
@@ -472,7 +438,8 @@ flow_err_t flow_plan_read(const char *path, flow_plan_t **plan_out,
 	size_t len = 0;
 	flow_err_t err;
 
-	err = std_in ? read_stream(stdin, &data, &len, diag)
+	err = std_in ? flow_file_read_stream(stdin, "standard input", &data,
+					     &len, diag)
 		     : flow_file_read_all(path, &data, &len, diag);
 	if (err != FLOW_OK)
 		return err;

@@ -117,9 +117,9 @@ static void exec_op_dims(const flow_graph_t *g, const flow_graph_op_t *op,
 }
 
 /* Bytes of scratch op needs from this kernel set: only attention's backward
- * needs any, and the reference kernel keeps a T x T matrix of doubles
- * where the CPU one keeps a row per head (so not the op definition's
- * figure, which is the CPU kernel's). */
+ * needs any, and each set says how much (the reference kernel keeps its
+ * sums in double), so not the op definition's figure, which is the
+ * gradient of the probabilities in f32. */
 static size_t exec_op_scratch(const flow_exec_t *x, const flow_graph_op_t *op)
 {
 	size_t d[DIM_COUNT];
@@ -379,7 +379,7 @@ static void init_box(const flow_graph_tensor_t *p, float *v,
 		uint64_t first = (uint64_t)flow_box_element(logical, box,
 							    (int64_t)(r * run),
 							    pos);
-		init_run(p, v, run, first, nd ? pos[0] : 0, seed);
+		init_run(p, v, run, first, pos[0], seed);
 	}
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <flow/file.h>
 #include <flow/mem.h>
 
 #include "fixture.h"
@@ -38,50 +39,6 @@ static uint64_t fixture_le(const unsigned char *p, size_t bytes)
 	for (size_t i = bytes; i-- > 0;)
 		v = (v << 8) | p[i];
 	return v;
-}
-
-/* Slurp path into a heap buffer. */
-static flow_err_t fixture_slurp(const char *path, unsigned char **buf_out,
-				size_t *len_out, flow_diag_t *diag)
-{
-	flow_err_t err = FLOW_OK;
-	unsigned char *buf = NULL;
-	size_t len = 0, cap = 0;
-	FILE *f = fopen(path, "rb");
-
-	if (!f)
-		return flow_diag_errno(diag, FLOW_ERR_IO, errno,
-				       "cannot open '%s'", path);
-	for (;;) {
-		if (len == cap) {
-			size_t ncap = cap ? 2 * cap : 65536;
-			unsigned char *nbuf = realloc(buf, ncap);
-			if (!nbuf) {
-				err = flow_diag_set(diag, FLOW_ERR_NOMEM,
-						    "%s: out of memory", path);
-				goto out_free_buf;
-			}
-			buf = nbuf;
-			cap = ncap;
-		}
-		size_t got = fread(buf + len, 1, cap - len, f);
-		len += got;
-		if (got == 0)
-			break;
-	}
-	if (ferror(f)) {
-		err = flow_diag_set(diag, FLOW_ERR_IO, "%s: read error", path);
-		goto out_free_buf;
-	}
-	fclose(f);
-	*buf_out = buf;
-	*len_out = len;
-	return FLOW_OK;
-
-out_free_buf:
-	free(buf);
-	fclose(f);
-	return err;
 }
 
 /* Parse one record at *pos into a; on return *pos is past it. */
@@ -165,7 +122,7 @@ flow_err_t flow_fixture_read(flow_fixture_t *fx, const char *path,
 	size_t len = 0, pos, narrays = 0;
 	flow_fixture_array_t *arrays = NULL;
 
-	err = fixture_slurp(path, &buf, &len, diag);
+	err = flow_file_read_all(path, (char **)&buf, &len, diag);
 	if (err != FLOW_OK)
 		return err;
 	if (len < sizeof(fixture_magic) + 8 ||

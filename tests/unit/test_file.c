@@ -195,6 +195,43 @@ static void test_file_temp_dir_abort_and_cleanup_remove_everything(void **state)
 	assert_int_equal(testutil_count_entries(dir), 0);
 }
 
+/* A stream is read to its end, past the first buffer, and NUL-terminated;
+ * a stream that cannot be read is named in the error. */
+static void test_file_read_stream_reads_to_the_end(void **state)
+{
+	(void)state;
+	size_t n = 200000;
+	char *text = malloc(n), *data = NULL;
+	size_t len = 0;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+
+	assert_non_null(text);
+	for (size_t i = 0; i < n; i++)
+		text[i] = (char)('a' + i % 26);
+	FILE *f = fmemopen(text, n, "r");
+	assert_non_null(f);
+	assert_int_equal(flow_file_read_stream(f, "standard input", &data,
+					       &len, &diag),
+			 FLOW_OK);
+	assert_int_equal(len, n);
+	assert_memory_equal(data, text, n);
+	assert_int_equal(data[n], '\0');
+	fclose(f);
+	free(data);
+	free(text);
+
+	FILE *w = fopen("/dev/null", "w"); /* reading it fails */
+	assert_non_null(w);
+	data = NULL;
+	assert_int_equal(flow_file_read_stream(w, "standard input", &data,
+					       &len, &diag),
+			 FLOW_ERR_IO);
+	assert_string_equal(flow_diag_message(&diag),
+			    "cannot read standard input");
+	assert_null(data);
+	fclose(w);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -206,6 +243,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_file_temp_dir_commit_renames_into_place, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_temp_dir_refuses_an_existing_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_temp_dir_abort_and_cleanup_remove_everything, setup, teardown),
+		cmocka_unit_test(test_file_read_stream_reads_to_the_end),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
