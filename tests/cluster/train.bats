@@ -292,15 +292,20 @@ kill_and_resume() {
 	local plan=(--plan "$1" "${RUN[@]}" --data "$DATA" --ckpt-dir ck --ckpt-every 2)
 	rm -rf ck
 	flow-train --nproc "$2" "${plan[@]}" >killed.tsv 2>killed.err &
-	local launcher=$! victim= i status=0 from
+	local launcher=$! victim= killed= i status=0 from
 	for i in $(seq 1 300); do
 		[ -f ck/step-00000002/manifest ] && break
 		sleep 0.02
 	done
 	sleep "0.0$((RANDOM % 10))"
-	victim=$(pgrep -P "$launcher" -f 'flow-train' | shuf -n 1 || true)
-	[ -n "$victim" ] || skip "the run ended before a rank could be killed"
-	kill -9 "$victim"
+	# The rank drawn may exit between pgrep and kill (the run ending):
+	# draw again from those left.
+	for i in 1 2 3 4; do
+		victim=$(pgrep -P "$launcher" -f 'flow-train' | shuf -n 1 || true)
+		[ -n "$victim" ] || break
+		kill -9 "$victim" 2>/dev/null && killed=1 && break
+	done
+	[ -n "$killed" ] || skip "the run ended before a rank could be killed"
 	wait "$launcher" || status=$?
 	[ "$status" -ne 0 ]
 	run -0 --separate-stderr flow-train --nproc "$2" "${plan[@]}" --resume latest
