@@ -61,6 +61,15 @@ static const char help_text[] =
 	"      --resume CKPT      continue from a checkpoint directory, or 'latest'\n"
 	"                         in --ckpt-dir\n"
 	"\n"
+	"Device (see flow-train(1), GPUS):\n"
+	"      --device D         cpu, or cuda: each rank takes the GPU of its local\n"
+	"                         rank [cpu]\n"
+	"      --precision P      fp32, or bf16 (cuda): bf16 activations and GEMM\n"
+	"                         inputs, fp32 weights and optimizer state [fp32]\n"
+	"      --comm C           nccl, or cpu: collectives staged through host\n"
+	"                         memory, so several ranks may share a GPU [nccl for\n"
+	"                         cuda; cpu for cpu]\n"
+	"\n"
 	"Ranks (see flow(7), LAUNCHING):\n"
 	"      --nproc N          start N data-parallel ranks on this machine\n"
 	"                         (flow's own launcher); under srun --mpi=pmix or\n"
@@ -114,6 +123,9 @@ enum {
 	OPT_COMM_TIMEOUT,
 	OPT_NPROC,
 	OPT_PLAN,
+	OPT_DEVICE,
+	OPT_PRECISION,
+	OPT_COMM,
 };
 
 static const struct option long_options[] = {
@@ -147,6 +159,9 @@ static const struct option long_options[] = {
 	{ "comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT },
 	{ "nproc", required_argument, NULL, OPT_NPROC },
 	{ "plan", required_argument, NULL, OPT_PLAN },
+	{ "device", required_argument, NULL, OPT_DEVICE },
+	{ "precision", required_argument, NULL, OPT_PRECISION },
+	{ "comm", required_argument, NULL, OPT_COMM },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -160,6 +175,7 @@ typedef struct train_opts {
 	double comm_timeout;
 	const char *plan;         /* --plan */
 	const char *shape_option; /* --batch, --seq-len or --grad-accum given */
+	const char *comm;         /* --comm, NULL: the device's default */
 } train_opts_t;
 
 #define MAX_COUNT ((int64_t)1 << 40)
@@ -262,6 +278,24 @@ static void parse_options(flow_tool_t *tool, train_opts_t *o, int argc,
 				flow_tool_usage_error(tool, "--kernels: unknown kernel set '%s' (expected cpu or ref)",
 						      optarg);
 			break;
+		case OPT_DEVICE: {
+			flow_diag_t diag = FLOW_DIAG_INIT;
+			if (flow_device_kind_parse(optarg, &c->device, &diag) != FLOW_OK)
+				flow_tool_usage_error(tool, "--device: %s", flow_diag_message(&diag));
+			break;
+		}
+		case OPT_PRECISION: {
+			flow_diag_t diag = FLOW_DIAG_INIT;
+			if (flow_precision_parse(optarg, &c->precision, &diag) != FLOW_OK)
+				flow_tool_usage_error(tool, "--precision: %s", flow_diag_message(&diag));
+			break;
+		}
+		case OPT_COMM:
+			if (strcmp(optarg, "nccl") != 0 && strcmp(optarg, "cpu") != 0)
+				flow_tool_usage_error(tool, "--comm: unknown backend '%s' (expected nccl or cpu)",
+						      optarg);
+			o->comm = optarg;
+			break;
 		case OPT_DUMP_BATCHES:
 			c->dump_batches = optarg;
 			break;
@@ -325,6 +359,14 @@ static void validate_run(flow_tool_t *tool, train_opts_t *o)
 		flow_tool_usage_error(tool, "--resume latest needs --ckpt-dir");
 	if (c->lr.min_lr > c->lr.lr)
 		flow_tool_usage_error(tool, "--min-lr %g is above --lr %g", c->lr.min_lr, c->lr.lr);
+	if (c->device == FLOW_DEVICE_CPU && c->precision != FLOW_PRECISION_FP32)
+		flow_tool_usage_error(tool, "--precision %s needs --device cuda (the CPU trains in fp32)",
+				      flow_precision_name(c->precision));
+	if (c->device == FLOW_DEVICE_CPU && o->comm && strcmp(o->comm, "nccl") == 0)
+		flow_tool_usage_error(tool, "--comm nccl needs --device cuda");
+	c->host_comm = c->device == FLOW_DEVICE_CUDA && o->comm && strcmp(o->comm, "cpu") == 0;
+	if (c->device == FLOW_DEVICE_CUDA && c->kernels == FLOW_KERNELS_REF)
+		flow_tool_usage_error(tool, "--kernels ref runs on the CPU: it cannot go with --device cuda");
 	if (c->lr.warmup > c->steps)
 		flow_tool_usage_error(tool, "--warmup %" PRIu64 " is longer than --steps %" PRIu64,
 				      c->lr.warmup, c->steps);
@@ -418,8 +460,8 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 	c->world = world_comm;
 	if (plan && flow_train_config_set_plan(c, plan, &diag) != FLOW_OK)
 		goto fail;
-	if (!o->peak_given)
-		c->peak_gflops = measure_peak();
+	if (!o->peak_given && c->device == FLOW_DEVICE_CPU)
+		c->peak_gflops = measure_peak(); /* a GPU's comes from its datasheet */
 	if (flow_trainer_new(c, &t, &diag) != FLOW_OK)
 		goto fail;
 	if (speaks) {

@@ -5,11 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef HAVE_NCCL
-#include <cuda_runtime_api.h>
-#endif
-
 #include <flow/bench_comm.h>
+#include <flow/device.h>
 #include <flow/mem.h>
 
 #include "comm/comm_internal.h"
@@ -77,12 +74,10 @@ typedef struct buffers {
 
 static void buffers_free(buffers_t *b)
 {
-#ifdef HAVE_NCCL
 	if (b->device) {
-		cudaFree(b->send);
-		cudaFree(b->recv);
+		flow_cuda_release(b->send);
+		flow_cuda_release(b->recv);
 	}
-#endif
 	flow_free(b->host_send);
 	flow_free(b->host_recv);
 }
@@ -90,6 +85,7 @@ static void buffers_free(buffers_t *b)
 static flow_err_t buffers_alloc(flow_comm_t *c, buffers_t *b,
 				flow_diag_t *diag)
 {
+	flow_err_t err = FLOW_OK;
 	b->host_send = flow_alloc(b->send_bytes);
 	b->host_recv = flow_alloc(b->recv_bytes);
 	if (!b->host_send || !b->host_recv)
@@ -100,44 +96,34 @@ static flow_err_t buffers_alloc(flow_comm_t *c, buffers_t *b,
 	b->send = b->host_send;
 	b->recv = b->host_recv;
 	b->device = c->backend == FLOW_COMM_NCCL;
-#ifdef HAVE_NCCL
 	if (b->device) {
 		b->send = b->recv = NULL;
-		if (cudaMalloc(&b->send, b->send_bytes ? b->send_bytes : 1) ||
-		    cudaMalloc(&b->recv, b->recv_bytes ? b->recv_bytes : 1))
-			return flow_diag_set(diag, FLOW_ERR_DEVICE,
-					     "cudaMalloc of %zu bytes failed",
-					     b->send_bytes + b->recv_bytes);
+		err = flow_cuda_alloc(&b->send, b->send_bytes ? b->send_bytes : 1,
+				      diag);
+		if (err == FLOW_OK)
+			err = flow_cuda_alloc(&b->recv,
+					      b->recv_bytes ? b->recv_bytes : 1,
+					      diag);
 	}
-#endif
-	return FLOW_OK;
+	return err;
 }
 
 /* Host -> what the collective reads (to_device) or back. */
 static flow_err_t buffers_sync(buffers_t *b, bool to_device, flow_diag_t *diag)
 {
-#ifdef HAVE_NCCL
-	if (b->device) {
-		cudaError_t e =
-			to_device
-				? cudaMemcpy(b->send, b->host_send, b->send_bytes,
-					     cudaMemcpyHostToDevice)
-				: cudaMemcpy(b->host_recv, b->recv, b->recv_bytes,
-					     cudaMemcpyDeviceToHost);
-		if (!e && to_device)
-			e = cudaMemcpy(b->recv, b->host_recv, b->recv_bytes,
-				       cudaMemcpyHostToDevice);
-		if (e)
-			return flow_diag_set(diag, FLOW_ERR_DEVICE,
-					     "cudaMemcpy failed: %s",
-					     cudaGetErrorString(e));
+	flow_err_t err = FLOW_OK;
+	if (!b->device)
+		return FLOW_OK;
+	if (to_device) {
+		err = flow_cuda_upload(b->send, b->host_send, b->send_bytes, diag);
+		if (err == FLOW_OK)
+			err = flow_cuda_upload(b->recv, b->host_recv,
+					       b->recv_bytes, diag);
+	} else {
+		err = flow_cuda_download(b->host_recv, b->recv, b->recv_bytes,
+					 diag);
 	}
-#else
-	(void)b;
-	(void)to_device;
-	(void)diag;
-#endif
-	return FLOW_OK;
+	return err;
 }
 
 /* ---- one size ------------------------------------------------------------ */

@@ -15,7 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <flow/device.h>
+
 #include "comm_internal.h"
+#include "device/cuda_module_internal.h"
 
 const char *flow_comm_op_name(flow_comm_op_t op)
 {
@@ -229,17 +232,22 @@ static flow_err_t backend_init(flow_comm_t *c, flow_comm_t *parent,
 	open_pidfds(c);
 	if (c->backend == FLOW_COMM_CPU)
 		return cpu_backend_init(c, diag);
-#ifdef HAVE_NCCL
+	const flow_cuda_module_t *cuda = NULL;
+	flow_err_t err = flow_cuda_module_get(&cuda, diag);
+	if (err == FLOW_OK && !cuda->comm_nccl_init)
+		err = flow_diag_set(diag, FLOW_ERR_NOTSUP,
+				    "%s was built without NCCL: use the CPU "
+				    "backend",
+				    flow_cuda_module_path());
+	if (err == FLOW_OK)
+		err = flow_cuda_open(diag);
+	if (err != FLOW_OK)
+		return err;
 	c->op = FLOW_OP_SETUP;
 	c->deadline = flow_comm_now() + c->timeout_s;
-	flow_err_t err = flow_comm_nccl_init(c, parent, diag);
+	err = cuda->comm_nccl_init(c, parent, diag);
 	c->op = FLOW_OP_NONE;
 	return err;
-#else
-	(void)parent;
-	return flow_diag_set(diag, FLOW_ERR_NOTSUP,
-			     "this build has no NCCL: use the CPU backend");
-#endif
 }
 
 /* A child's id: the same on all its members, different from its siblings
@@ -433,6 +441,11 @@ uint64_t flow_comm_seq(const flow_comm_t *c)
 int flow_comm_device(const flow_comm_t *c)
 {
 	return c->device;
+}
+
+flow_world_t *flow_comm_world_of(const flow_comm_t *c)
+{
+	return c->world;
 }
 
 /* ---- argument checks --------------------------------------------------- */

@@ -91,6 +91,7 @@ struct flow_comm {
  * its unique id (NULL for the world: PMIx is used then). */
 flow_err_t flow_comm_shm_init(flow_comm_t *c, flow_diag_t *diag);
 flow_err_t flow_comm_tcp_init(flow_comm_t *c, flow_diag_t *diag);
+/* In libflow-cuda.so, reached through the module's table. */
 flow_err_t flow_comm_nccl_init(flow_comm_t *c, flow_comm_t *parent,
 			       flow_diag_t *diag);
 
@@ -100,12 +101,15 @@ flow_err_t flow_comm_nccl_init(flow_comm_t *c, flow_comm_t *parent,
 uint64_t flow_world_next_comm(flow_world_t *w);
 
 /* ---- deadlines and failures ------------------------------------------- */
+/* FLOW_EXPORT on these six: the NCCL backend lives in libflow-cuda.so
+ * (flow/device.h) and words its failures through them.  They are not API:
+ * this header is not installed. */
 
 /* Monotonic clock, seconds. */
-double flow_comm_now(void);
+FLOW_EXPORT double flow_comm_now(void);
 /* When the running operation must be over: its start plus c->timeout_s.
  * Set by the core as each operation starts. */
-double flow_comm_deadline(const flow_comm_t *c);
+FLOW_EXPORT double flow_comm_deadline(const flow_comm_t *c);
 
 /* Is communicator rank r still running, as far as this node can tell: a
  * peer on this node is checked through a pidfd (or kill(pid, 0)); a peer on
@@ -113,24 +117,24 @@ double flow_comm_deadline(const flow_comm_t *c);
  * every few milliseconds while waiting. */
 bool flow_comm_peer_alive(flow_comm_t *c, int r);
 /* The first member (other than this rank) that is dead, or -1. */
-int flow_comm_first_dead_peer(flow_comm_t *c);
+FLOW_EXPORT int flow_comm_first_dead_peer(flow_comm_t *c);
 
 /* Record a peer's failure in diag and mark c failed:
  *   "rank 3 (node2): peer rank 5 (node1) <what> during all-reduce #4812"
  * with world ranks and hosts; what is e.g. "closed the connection" or
  * "died".  r is a communicator rank.  Returns FLOW_ERR_PEER. */
-flow_err_t flow_comm_peer_fail(flow_comm_t *c, flow_diag_t *diag, int r,
+FLOW_EXPORT flow_err_t flow_comm_peer_fail(flow_comm_t *c, flow_diag_t *diag, int r,
 			       const char *what_fmt, ...) FLOW_PRINTF(4, 5);
 /* The deadline passed while waiting for communicator rank r (-1: for
  * several or unknown ranks):
  *   "rank 3 (node2): timed out after 60 s waiting for rank 5 (node1)
  *    during all-reduce #4812"
  * Marks c failed; returns FLOW_ERR_TIMEOUT. */
-flow_err_t flow_comm_timed_out(flow_comm_t *c, flow_diag_t *diag, int r);
+FLOW_EXPORT flow_err_t flow_comm_timed_out(flow_comm_t *c, flow_diag_t *diag, int r);
 /* Any other failure of the running operation on this rank (a system call,
  * a protocol mismatch): "rank 3 (node2): <message> during all-reduce #4812".
  * Marks c failed; returns err. */
-flow_err_t flow_comm_fail(flow_comm_t *c, flow_diag_t *diag, flow_err_t err,
+FLOW_EXPORT flow_err_t flow_comm_fail(flow_comm_t *c, flow_diag_t *diag, flow_err_t err,
 			  const char *fmt, ...) FLOW_PRINTF(4, 5);
 
 /* ---- reductions ----------------------------------------------------------- */

@@ -79,6 +79,8 @@ FLOW_EXPORT void flow_comm_set_timeout(flow_comm_t *c, double seconds);
 FLOW_EXPORT uint64_t flow_comm_seq(const flow_comm_t *c);
 /* The CUDA device an NCCL communicator uses, -1 for CPU. */
 FLOW_EXPORT int flow_comm_device(const flow_comm_t *c);
+/* The world c was made from; borrowed, valid while c is. */
+FLOW_EXPORT flow_world_t *flow_comm_world_of(const flow_comm_t *c);
 
 /* Can this backend reduce this dtype: f32, bf16, f16, i32, i64, u8, u32 on
  * the CPU; NCCL's list on NCCL.  Every dtype can be moved. */

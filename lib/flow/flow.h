@@ -23,6 +23,7 @@
 #include <flow/blas.h>
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
+#include <flow/device.h>
 /* sbp */
 #include <flow/sbp.h>
 #include <flow/cluster.h>

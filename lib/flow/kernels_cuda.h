@@ -45,6 +45,7 @@
 #include <cuda_runtime_api.h>
 
 #include <flow/common.h>
+#include <flow/device.h>
 #include <flow/error.h>
 #include <flow/kernels.h>
 
@@ -66,16 +67,7 @@ FLOW_EXPORT flow_err_t flow_cuda_device_count(int *count_out,
 FLOW_EXPORT flow_err_t flow_cuda_set_device(int device,
 					    flow_diag_t *diag) FLOW_MUST_CHECK;
 
-typedef struct flow_cuda_device_info {
-	int device;           /* ordinal */
-	char name[256];       /* e.g. "NVIDIA H200" */
-	int cc_major, cc_minor; /* compute capability, e.g. 9.0 */
-	int sm_count;         /* multiprocessors */
-	size_t global_mem;    /* bytes */
-	size_t l2_bytes;      /* L2 cache bytes */
-	int runtime_version;  /* e.g. 13000 */
-	int driver_version;   /* e.g. 13000 */
-} flow_cuda_device_info_t;
+/* flow_cuda_device_info_t is in <flow/device.h>. */
 
 /* Describe device into *info_out (written only on FLOW_OK). */
 FLOW_EXPORT flow_err_t flow_cuda_device_info(int device,

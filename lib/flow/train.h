@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include <flow/comm.h>
+#include <flow/device.h>
 
 #include <flow/exec.h>
 #include <flow/kernels.h>
@@ -23,6 +24,23 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The arithmetic of a run.  fp32: every tensor and every GEMM in true
+ * fp32 (no TF32 on a GPU), comparable with the CPU to float rounding.
+ * bf16 (CUDA only): bf16 activations and GEMM inputs with fp32
+ * accumulation, fp32 master weights and AdamW state, which is what a
+ * checkpoint holds either way. */
+typedef enum {
+	FLOW_PRECISION_FP32 = 0,
+	FLOW_PRECISION_BF16 = 1,
+} flow_precision_t;
+
+/* "fp32", "bf16". */
+FLOW_EXPORT const char *flow_precision_name(flow_precision_t p);
+/* "fp32" or "bf16" into *out; FLOW_ERR_USAGE naming the text otherwise. */
+FLOW_EXPORT flow_err_t flow_precision_parse(const char *text,
+					    flow_precision_t *out,
+					    flow_diag_t *diag) FLOW_MUST_CHECK;
 
 typedef struct flow_train_config {
 	flow_gpt_config_t model;
@@ -42,6 +60,15 @@ typedef struct flow_train_config {
 	const char *resume;      /* a step directory, "latest" (in
 				  * ckpt_dir), or NULL */
 	flow_kernel_set_t kernels;
+	/* Where parameters, gradients, optimizer state and activations live
+	 * [cpu].  cuda: each rank takes the GPU of its local rank
+	 * (flow/device.h; flow-train(1), GPU BINDING). */
+	flow_device_kind_t device;
+	flow_precision_t precision; /* [fp32]; bf16 needs device cuda */
+	/* cuda only: stage every collective through host memory with the
+	 * CPU backend instead of NCCL, which lets several ranks share one
+	 * GPU (to test parallel plans on one GPU). */
+	bool host_comm;
 	bool profile;
 	double peak_gflops;      /* MFU denominator; <= 0: no MFU */
 	const char *dump_batches; /* file of every batch's tokens, or NULL */

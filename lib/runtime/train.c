@@ -255,7 +255,9 @@ flow_err_t flow_trainer_new(const flow_train_config_t *cfg,
 	c->lr.total = c->steps;
 	flow_gpt_format(&c->model, t->spec, sizeof t->spec);
 
-	flow_err_t err = trainer_join_dp(t, diag);
+	flow_err_t err = trainer_open_device(t, diag);
+	if (err == FLOW_OK)
+		err = trainer_join_dp(t, diag);
 	if (err == FLOW_OK)
 		err = trainer_split_batch(t, diag);
 	if (err == FLOW_OK)

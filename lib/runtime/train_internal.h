@@ -59,6 +59,10 @@ static inline double train_now_seconds(void)
  * to step_dir and commit it with the run state, each writing rank its
  * part; rank 0 commits once all have (a barrier).  FLOW_OK or the
  * checkpoint's error; nothing committed before is damaged. */
+/* Check the run's device before anything is built (train_device.c):
+ * the CPU, or the CUDA module, a driver and this rank's GPU. */
+flow_err_t trainer_open_device(flow_trainer_t *t, flow_diag_t *diag);
+
 flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
 			      bool grads, flow_diag_t *diag) FLOW_MUST_CHECK;
 

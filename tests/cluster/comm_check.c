@@ -29,9 +29,7 @@
 #include <flow/tensor.h>
 #include <flow/world.h>
 
-#ifdef HAVE_NCCL
-#include <flow/kernels_cuda.h> /* device memory for the NCCL backend */
-#endif
+#include <flow/device.h> /* device memory for the NCCL backend */
 
 #include "checkutil.h"
 
@@ -343,12 +341,10 @@ typedef struct buf {
 	size_t bytes;
 } buf_t;
 
-#ifdef HAVE_NCCL
 static bool on_device(const job_t *job)
 {
 	return job->opt->backend == FLOW_COMM_NCCL;
 }
-#endif
 
 static flow_err_t buf_new(job_t *job, buf_t *b, size_t bytes)
 {
@@ -364,21 +360,17 @@ static flow_err_t buf_new(job_t *job, buf_t *b, size_t bytes)
 	memset(b->host, POISON_BYTE, bytes);
 	memset(b->host + bytes, GUARD_BYTE, GUARD_BYTES);
 	b->dev = b->host;
-#ifdef HAVE_NCCL
 	if (on_device(job)) {
 		b->dev = NULL;
-		return flow_cuda_malloc(&b->dev, total, &job->diag);
+		return flow_cuda_alloc(&b->dev, total, &job->diag);
 	}
-#endif
 	return FLOW_OK;
 }
 
 static void buf_free(job_t *job, buf_t *b)
 {
-#ifdef HAVE_NCCL
 	if (on_device(job) && b->dev)
-		flow_cuda_free(b->dev);
-#endif
+		flow_cuda_release(b->dev);
 	free(b->host);
 	*b = (buf_t){ 0 };
 }
@@ -386,26 +378,18 @@ static void buf_free(job_t *job, buf_t *b)
 /* Host to device, guard included (no-op for CPU). */
 static flow_err_t buf_push(job_t *job, buf_t *b)
 {
-#ifdef HAVE_NCCL
 	if (on_device(job))
-		return flow_cuda_copy_to_device(b->dev, b->host,
-						b->bytes + GUARD_BYTES,
-						&job->diag);
-#endif
-	(void)job, (void)b;
+		return flow_cuda_upload(b->dev, b->host, b->bytes + GUARD_BYTES,
+					&job->diag);
 	return FLOW_OK;
 }
 
 /* Device to host, guard included (no-op for CPU). */
 static flow_err_t buf_pull(job_t *job, buf_t *b)
 {
-#ifdef HAVE_NCCL
 	if (on_device(job))
-		return flow_cuda_copy_to_host(b->host, b->dev,
-					      b->bytes + GUARD_BYTES,
-					      &job->diag);
-#endif
-	(void)job, (void)b;
+		return flow_cuda_download(b->host, b->dev, b->bytes + GUARD_BYTES,
+					  &job->diag);
 	return FLOW_OK;
 }
 

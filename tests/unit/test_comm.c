@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <string.h>
+#include <unistd.h>
 
 #include <flow/comm.h>
 
@@ -118,18 +119,24 @@ static void test_comm_split_and_mesh_axes_on_one_rank(void **state)
 			    "mesh '2x2' does not cover exactly the 1 ranks of the communicator");
 }
 
-static void test_comm_nccl_needs_a_build_with_it(void **state)
+/* NCCL lives in the CUDA module: without a GPU (or without CUDA in the
+ * build) asking for it is one line, and no communicator. */
+static void test_comm_nccl_needs_a_gpu(void **state)
 {
-#ifndef HAVE_NCCL
 	flow_comm_t *c = NULL;
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	(void)state;
+	if (access("/dev/nvidia0", F_OK) == 0)
+		skip(); /* a GPU: tests/gpu/run.sh covers NCCL there */
 	assert_int_equal(flow_comm_world(worldutil_world, FLOW_COMM_NCCL, &c, &diag),
 			 FLOW_ERR_NOTSUP);
 	assert_null(c);
+	assert_null(strchr(diag.msg, '\n'));
+#ifdef HAVE_CUDA
+	assert_non_null(strstr(diag.msg, "no usable CUDA driver or device: "));
 #else
-	(void)state;
-	skip();
+	assert_string_equal(diag.msg, "this build of flow has no CUDA support "
+				      "(configure found no CUDA toolkit)");
 #endif
 }
 
@@ -140,7 +147,7 @@ int main(void)
 		cmocka_unit_test(test_comm_one_rank_collectives_copy),
 		cmocka_unit_test(test_comm_bad_arguments_are_usage_errors),
 		cmocka_unit_test(test_comm_split_and_mesh_axes_on_one_rank),
-		cmocka_unit_test(test_comm_nccl_needs_a_build_with_it),
+		cmocka_unit_test(test_comm_nccl_needs_a_gpu),
 	};
 	return cmocka_run_group_tests(tests, worldutil_setup,
 				      worldutil_teardown);

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <dlfcn.h>
+
 #include "cuda_internal.h"
 
 /* cudaDevAttr* and cuBLAS handles are per device; more devices than this in
@@ -105,9 +107,17 @@ flow_err_t flow_cuda_device_count(int *count_out, flow_diag_t *diag)
 	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
 	    e == cudaErrorStubLibrary || e == cudaErrorCompatNotSupportedOnDevice) {
 		(void)cudaGetLastError(); /* not sticky; clear it */
+		/* The runtime loads the driver library itself; when it is not
+		 * mapped now, it was not found: say so, not just "insufficient". */
+		void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		if (driver)
+			dlclose(driver);
 		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
-				     "no usable CUDA driver or device: %s (%s)",
-				     cudaGetErrorString(e), cudaGetErrorName(e));
+				     "no usable CUDA driver or device: %s (%s)%s",
+				     cudaGetErrorString(e), cudaGetErrorName(e),
+				     driver ? ""
+					    : "; the NVIDIA driver library "
+					      "libcuda.so.1 is not installed");
 	}
 	if (e != cudaSuccess)
 		return flow_cuda__fail(diag, e, __func__, __FILE__, __LINE__);
@@ -141,6 +151,9 @@ flow_err_t flow_cuda_device_info(int device, flow_cuda_device_info_t *info_out,
 	info.l2_bytes = prop.l2CacheSize > 0 ? (size_t)prop.l2CacheSize : 0;
 	FLOW_CUDA_TRY(cudaRuntimeGetVersion(&info.runtime_version), out);
 	FLOW_CUDA_TRY(cudaDriverGetVersion(&info.driver_version), out);
+	FLOW_CUDA_TRY(cudaDeviceGetPCIBusId(info.pci_bus_id,
+					    (int)sizeof(info.pci_bus_id), device),
+		      out);
 	*info_out = info;
 out:
 	return err;

@@ -1,0 +1,107 @@
+#!/usr/bin/env bats
+# Devices: the CPU tools never map a CUDA library (CUDA lives in the
+# libflow-cuda module, loaded only when a run asks for a GPU), and asking
+# for CUDA where it cannot be had is one line naming what is missing.
+
+bats_require_minimum_version 1.5.0
+load common
+
+MODEL=gpt:layers=1,heads=2,dim=16,vocab=256,seq=16
+TRAIN=(--model "$MODEL" --batch 2 --seq-len 16 --steps 1 --peak-gflops 0)
+CUDA_LIBS='libcudart|libcublas|libcudnn|libnccl|libcuda\.so|libflow-cuda'
+
+setup_file() {
+	cd "$BATS_FILE_TMPDIR"
+	for i in $(seq 1 400); do printf 'the quick fox, line %d.\n' "$i"; done >corpus.txt
+	flow-shard -q -o data --val-tokens 1K corpus.txt
+}
+
+setup() {
+	cd "$BATS_TEST_TMPDIR"
+	DATA=$BATS_FILE_TMPDIR/data
+}
+
+has_gpu() {
+	[ -e /dev/nvidia0 ]
+}
+
+# The real executable behind a libtool wrapper in bin/.
+real_binary() {
+	local b=$top_builddir/bin/.libs/$1
+	[ -x "$b" ] || b=$top_builddir/bin/.libs/lt-$1
+	[ -x "$b" ] || b=$top_builddir/bin/$1
+	echo "$b"
+}
+
+@test "libflow and every tool link no CUDA library" {
+	run ldd "$top_builddir/lib/.libs/libflow.so"
+	[ "$status" -eq 0 ]
+	! grep -E "$CUDA_LIBS" <<<"$output"
+	for tool in flow-shard flow-plan flow-train flow-bench; do
+		run env LD_LIBRARY_PATH="$top_builddir/lib/.libs" ldd "$(real_binary $tool)"
+		[ "$status" -eq 0 ]
+		! grep -E "$CUDA_LIBS" <<<"$output"
+	done
+}
+
+@test "a running CPU tool maps no CUDA library" {
+	mkfifo plan.fifo
+	flow-plan --check plan.fifo >out.txt 2>err.txt &
+	local pid=$! maps=
+	# Wait for the tool itself (past the libtool wrapper) to be running.
+	for _ in $(seq 1 200); do
+		maps=$(cat "/proc/$pid/maps" 2>/dev/null || true)
+		grep -q 'libflow\.so' <<<"$maps" && break
+		sleep 0.05
+	done
+	echo "garbage" >plan.fifo
+	wait "$pid" || true
+	grep -q 'libflow\.so' <<<"$maps"
+	! grep -E "$CUDA_LIBS" <<<"$maps"
+}
+
+@test "flow-train --device cuda without a GPU fails with one line" {
+	has_gpu && skip "this machine has a GPU (tests/gpu/run.sh covers it)"
+	run -1 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --device cuda
+	[ -z "$output" ]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ ${stderr_lines[0]} =~ ^flow-train:\ (no\ usable\ CUDA\ driver\ or\ device:|this\ build\ of\ flow\ has\ no\ CUDA\ support) ]]
+}
+
+@test "a CUDA module that is not there is named" {
+	run -1 --separate-stderr env FLOW_CUDA_MODULE=/nonexistent/libflow-cuda.so \
+		flow-train "${TRAIN[@]}" --data "$DATA" --device cuda
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	if flow-train --version | grep -q 'cuda: yes'; then
+		[ "${stderr_lines[0]}" = "flow-train: cannot load the CUDA module: /nonexistent/libflow-cuda.so: cannot open shared object file: No such file or directory" ]
+	else
+		[ "${stderr_lines[0]}" = "flow-train: this build of flow has no CUDA support (configure found no CUDA toolkit)" ]
+	fi
+}
+
+@test "every rank of a job names itself when it cannot have its GPU" {
+	has_gpu && skip "this machine has a GPU"
+	run -1 --separate-stderr flow-train --nproc 2 "${TRAIN[@]}" --data "$DATA" --device cuda
+	grep -q '^flow-train: rank 0 (.*): \(no usable CUDA\|this build of flow has no CUDA\)' <<<"$stderr"
+	grep -q '^flow-train: rank 1 (.*): \(no usable CUDA\|this build of flow has no CUDA\)' <<<"$stderr"
+}
+
+@test "--device, --precision and --comm are checked" {
+	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --device gpu
+	assert_usage_error flow-train "--device: unknown device 'gpu' (expected cpu or cuda)"
+	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --precision fp16
+	assert_usage_error flow-train "--precision: unknown precision 'fp16' (expected fp32 or bf16)"
+	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --precision bf16
+	assert_usage_error flow-train "--precision bf16 needs --device cuda (the CPU trains in fp32)"
+	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --comm mpi
+	assert_usage_error flow-train "--comm: unknown backend 'mpi' (expected nccl or cpu)"
+	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --comm nccl
+	assert_usage_error flow-train "--comm nccl needs --device cuda"
+	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --device cuda --kernels ref
+	assert_usage_error flow-train "--kernels ref runs on the CPU: it cannot go with --device cuda"
+}
+
+@test "--device cpu and --comm cpu are the CPU run as before" {
+	run -0 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --device cpu --comm cpu --precision fp32
+	tsv_rows "$output" | grep -q '^1	train	'
+}
