@@ -50,6 +50,7 @@
 #include <flow/exec.h>
 #include <flow/optim.h>
 #include <flow/zero.h>
+#include <flow/grad_buckets.h>
 #include <flow/train.h>
 /* bench */
 #include <flow/bench.h>
