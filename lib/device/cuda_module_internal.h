@@ -14,12 +14,14 @@
 
 #include <flow/device.h>
 #include <flow/error.h>
+#include <flow/exec.h>
+#include <flow/kernels.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define FLOW_CUDA_MODULE_ABI 1u
+#define FLOW_CUDA_MODULE_ABI 2u
 #define FLOW_CUDA_MODULE_ENTRY "flow_cuda_module_entry"
 
 struct flow_comm;
@@ -40,6 +42,10 @@ typedef struct flow_cuda_module {
 				     flow_diag_t *diag);
 	flow_err_t (*copy_to_host)(void *dst, const void *src, size_t bytes,
 				   flow_diag_t *diag);
+
+	/* ---- the executor's kernel set and storage (flow/exec.h) ---- */
+	const flow_kernels_t *kernels;
+	const flow_exec_storage_t *storage;
 
 	/* ---- the NCCL backend of flow_comm (lib/comm/comm_nccl.c) ---- */
 	/* NULL when the module was built without NCCL. */

@@ -19,6 +19,7 @@
 
 #include <flow/box.h>
 #include <flow/graph.h>
+#include <flow/kernels.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,6 +29,8 @@ typedef enum {
 	FLOW_KERNELS_CPU = 0, /* flow/kernels.h: OpenMP + BLAS */
 	FLOW_KERNELS_REF = 1, /* flow/kernels_ref.h: naive, computed in double
 			       * and rounded once (gradient checks) */
+	FLOW_KERNELS_CUDA = 2, /* the CUDA module's set (flow/device.h), on the
+				* calling thread's current device */
 } flow_kernel_set_t;
 
 typedef struct flow_exec flow_exec_t;
@@ -36,13 +39,15 @@ typedef struct flow_exec flow_exec_t;
  * read or write (parameters, their gradients, inputs, the arena, kernel
  * scratch) is allocated, cleared and freed through one of these, chosen
  * with the kernel set, so a device whose memory the host cannot address
- * (CUDA, next) plugs in here and in flow/kernels.h without touching the
- * graph walk.  Until then the host also reads and writes those buffers
- * directly (flow_exec_tensor's callers, parameter initialisation, the mean
- * loss); a device storage comes with the copies that replace this.  The
- * functions are called on the thread that calls the executor. */
+ * (CUDA) plugs in here and in flow/kernels.h without touching the graph
+ * walk.  When the host cannot address it (host_addressable false), what
+ * the host gives or takes (parameter values, inputs, the losses) goes
+ * through copy_in and copy_out; flow_exec_tensor's pointers are then the
+ * device's, for kernels only.  The functions are called on the thread
+ * that calls the executor, in the order of its kernels. */
 typedef struct flow_exec_storage {
-	const char *name; /* "host" */
+	const char *name; /* "host", "cuda" */
+	bool host_addressable; /* the host may dereference its pointers */
 	/* bytes of zeroed memory aligned to 64 bytes (0 bytes gives a valid,
 	 * unique pointer), or NULL when out of memory.  Released with this
 	 * storage's free. */
@@ -51,6 +56,12 @@ typedef struct flow_exec_storage {
 	void (*free)(void *ptr);
 	/* Set the bytes [ptr, ptr + bytes) of one allocation to zero. */
 	void (*zero)(void *ptr, size_t bytes);
+	/* bytes from host memory src into this storage at dst, and from this
+	 * storage at src into host memory dst, in order with the kernels
+	 * enqueued before; copy_out returns when dst holds them.  A failure
+	 * is kept, as a kernel's, for the kernel set's last(). */
+	void (*copy_in)(void *dst, const void *src, size_t bytes);
+	void (*copy_out)(void *dst, const void *src, size_t bytes);
 } flow_exec_storage_t;
 
 /* Host memory: flow_calloc, flow_free (flow/mem.h) and memset.  The
@@ -59,7 +70,10 @@ FLOW_EXPORT extern const flow_exec_storage_t flow_exec_storage_host;
 
 /* Plan memory for g (which must be valid and differentiated, or forward
  * only) and allocate every buffer; parameters are zero until
- * flow_exec_init_params.  Free with flow_exec_free(). */
+ * flow_exec_init_params.  FLOW_KERNELS_CUDA loads the CUDA module and
+ * runs on the calling thread's current device: FLOW_ERR_NOTSUP with
+ * flow_cuda_open's line where that cannot be; not for a localized graph
+ * yet (its boxing runs on host memory).  Free with flow_exec_free(). */
 FLOW_EXPORT flow_err_t flow_exec_new(const flow_graph_t *g,
 				     flow_kernel_set_t kernels,
 				     flow_exec_t **exec_out,
@@ -72,19 +86,37 @@ FLOW_EXPORT const flow_memplan_t *flow_exec_memplan(const flow_exec_t *exec);
 
 /* Storage of tensor t (f32 or i32 as its dtype says), contiguous
  * row-major.  Transient tensors are only meaningful within their live
- * range. */
+ * range.  In a storage the host cannot address, a device pointer. */
 FLOW_EXPORT void *flow_exec_tensor(flow_exec_t *exec, int t);
+/* The storage the executor's buffers come from. */
+FLOW_EXPORT const flow_exec_storage_t *flow_exec_storage(const flow_exec_t *exec);
+/* The kernel table it runs. */
+FLOW_EXPORT const flow_kernels_t *flow_exec_kernels(const flow_exec_t *exec);
+/* Copy all of tensor t from host memory src, or into host memory dst,
+ * whatever the storage (flow_graph_tensor_bytes(g, t) bytes).  FLOW_OK,
+ * or a device failure with its line in diag. */
+FLOW_EXPORT flow_err_t flow_exec_tensor_upload(flow_exec_t *exec, int t,
+					       const void *src,
+					       flow_diag_t *diag) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_exec_tensor_download(flow_exec_t *exec, int t,
+						 void *dst,
+						 flow_diag_t *diag) FLOW_MUST_CHECK;
 
 /* Fill every parameter from its init spec (flow/graph.h, flow_init_t)
- * with the given seed. */
-FLOW_EXPORT void flow_exec_init_params(flow_exec_t *exec, uint64_t seed);
+ * with the given seed.  FLOW_OK, or FLOW_ERR_NOMEM (a staging buffer) or
+ * a device failure, with its line in diag. */
+FLOW_EXPORT flow_err_t flow_exec_init_params(flow_exec_t *exec, uint64_t seed,
+					     flow_diag_t *diag) FLOW_MUST_CHECK;
 /* The same for a graph of shards (flow/localize.h): parameter t holds the
  * box boxes[t] of a logical tensor of shape logical[t], and each element
  * gets the value of its logical index, so the shards of all ranks are the
  * one-rank parameters. */
-FLOW_EXPORT void flow_exec_init_params_boxes(flow_exec_t *exec, uint64_t seed,
-					     const flow_box_t *boxes,
-					     const flow_shape_t *logical);
+FLOW_EXPORT flow_err_t flow_exec_init_params_boxes(flow_exec_t *exec,
+						   uint64_t seed,
+						   const flow_box_t *boxes,
+						   const flow_shape_t *logical,
+						   flow_diag_t *diag)
+	FLOW_MUST_CHECK;
 
 /* Gradient scale of the loss: the cross-entropy writes
  * dlogits = scale * (softmax - onehot) per token.  The trainer sets

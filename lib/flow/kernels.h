@@ -32,6 +32,7 @@
 #define FLOW_KERNELS_H
 
 #include <flow/common.h>
+#include <flow/error.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -175,9 +176,10 @@ typedef float flow_clip_grad_norm_fn(float *const *grads, const size_t *counts,
  * current device and cuBLAS handles), and the table gains one member,
  * last, that waits for that stream and returns the kept failure with its
  * diag, for the executor to call once per pass.  Host kernels run to
- * completion and cannot fail, so the host sets will leave it NULL. */
+ * completion and cannot fail, so the host sets leave it NULL.  The CUDA
+ * set (lib/kernels/cuda/table.cu, in libflow-cuda) is that table. */
 typedef struct flow_kernels {
-	const char *name; /* "cpu", "ref" */
+	const char *name; /* "cpu", "ref", "cuda" */
 	flow_matmul_forward_fn *matmul_forward;
 	flow_matmul_backward_fn *matmul_backward;
 	flow_embedding_forward_fn *embedding_forward;
@@ -196,6 +198,10 @@ typedef struct flow_kernels {
 	flow_sum_squares_fn *sum_squares;
 	flow_scale_fn *scale;
 	flow_clip_grad_norm_fn *clip_grad_norm;
+	/* Wait for every kernel this thread enqueued and return the first
+	 * failure since the last call (FLOW_OK when none), its line in diag.
+	 * NULL for sets whose kernels run to completion and cannot fail. */
+	flow_err_t (*last)(flow_diag_t *diag);
 } flow_kernels_t;
 
 /* ---- the CPU set ------------------------------------------------------------ */

@@ -247,6 +247,22 @@ FLOW_EXPORT flow_err_t flow_cuda_clip_grad_norm(float *const *grads,
 						flow_diag_t *diag,
 						cudaStream_t stream) FLOW_MUST_CHECK;
 
+/* ---- the executor's kernel set and storage (table.cu) ------------------- */
+/* The kernels above as flow_kernels_t members, on the calling thread's
+ * stream (cudaStreamPerThread), each keeping its first failure for last(). */
+FLOW_EXPORT extern const flow_kernels_t flow_cuda_kernels;
+/* flow_exec_storage_t's members over device memory (flow/exec.h): zeroed
+ * cudaMalloc (NULL when out of memory), cudaFree after the thread's stream
+ * is idle, and zeroing and copies in order on that stream (copy_out
+ * waits); failures are kept for flow_cuda_kernels.last(). */
+FLOW_EXPORT void *flow_cuda_storage_alloc(size_t bytes);
+FLOW_EXPORT void flow_cuda_storage_free(void *ptr);
+FLOW_EXPORT void flow_cuda_storage_zero(void *ptr, size_t bytes);
+FLOW_EXPORT void flow_cuda_storage_copy_in(void *dst, const void *src,
+					   size_t bytes);
+FLOW_EXPORT void flow_cuda_storage_copy_out(void *dst, const void *src,
+					    size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

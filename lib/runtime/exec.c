@@ -18,20 +18,65 @@
 #include <time.h>
 
 #include <flow/kernels.h>
+#include <flow/device.h>
 #include <flow/kernels_ref.h>
+#include <flow/mem.h>
 #include <flow/rng.h>
 
+#include "device/cuda_module_internal.h"
 #include "exec_internal.h"
 
-/* What each kernel set flow_exec_new can name stands for: the table of
- * its kernels, and the storage whose memory they address. */
-static const struct exec_device {
-	const flow_kernels_t *kernels;
-	const flow_exec_storage_t *storage;
-} exec_devices[] = {
-	[FLOW_KERNELS_CPU] = { &flow_cpu_kernels, &flow_exec_storage_host },
-	[FLOW_KERNELS_REF] = { &flow_ref_kernels, &flow_exec_storage_host },
-};
+/* What a kernel set flow_exec_new can name stands for: the table of its
+ * kernels, and the storage whose memory they address.  The CUDA set's come
+ * from the CUDA module, loaded now if it was not. */
+static flow_err_t exec_device(flow_exec_t *x, flow_kernel_set_t set,
+			      flow_diag_t *diag)
+{
+	const flow_cuda_module_t *cuda = NULL;
+	flow_err_t err;
+
+	switch (set) {
+	case FLOW_KERNELS_CPU:
+		x->kernels = &flow_cpu_kernels;
+		x->storage = &flow_exec_storage_host;
+		return FLOW_OK;
+	case FLOW_KERNELS_REF:
+		x->kernels = &flow_ref_kernels;
+		x->storage = &flow_exec_storage_host;
+		return FLOW_OK;
+	case FLOW_KERNELS_CUDA:
+		if ((err = flow_cuda_open(diag)) != FLOW_OK ||
+		    (err = flow_cuda_module_get(&cuda, diag)) != FLOW_OK)
+			return err;
+		x->kernels = cuda->kernels;
+		x->storage = cuda->storage;
+		return FLOW_OK;
+	}
+	return flow_diag_set(diag, FLOW_ERR_USAGE, "unknown kernel set %d",
+			     (int)set);
+}
+
+/* Wait for what the kernels and storage have in flight and take their
+ * first failure (a device's: host kernels cannot fail).  A failure is
+ * final: it is kept in x and every later pass returns it again. */
+static flow_err_t exec_finish(flow_exec_t *x, flow_diag_t *diag)
+{
+	if (x->err == FLOW_OK && x->kernels->last)
+		x->err = x->kernels->last(&x->diag);
+	if (x->err != FLOW_OK)
+		return flow_diag_set(diag, x->err, "%s",
+				     flow_diag_message(&x->diag));
+	return FLOW_OK;
+}
+
+/* Does g have ops that exec_dist.c runs (on host memory, for now)? */
+static bool exec_graph_is_distributed(const flow_graph_t *g)
+{
+	for (size_t i = 0; i < g->nops; i++)
+		if (g->ops[i].attrs.split_axes || g->ops[i].kind == FLOW_OP_BOXING)
+			return true;
+	return false;
+}
 
 /* ---- setup ------------------------------------------------------------------ */
 
@@ -161,6 +206,9 @@ static flow_err_t exec_alloc(flow_exec_t *x, flow_diag_t *diag)
 	if (!x->params || !x->param_grads || !x->inputs || !x->arena ||
 	    !x->scratch)
 		goto out_nomem;
+	if (!st->host_addressable && g->loss >= 0 &&
+	    !(x->losses_host = malloc(flow_graph_tensor_bytes(g, g->loss) + 1)))
+		goto out_nomem;
 	for (size_t t = 0; t < g->ntensors; t++) {
 		const flow_graph_tensor_t *p = &g->tensors[t];
 		switch (p->role) {
@@ -260,9 +308,6 @@ flow_err_t flow_exec_new(const flow_graph_t *g, flow_kernel_set_t kernels,
 	flow_exec_t *x;
 	flow_err_t err;
 
-	if ((unsigned)kernels >= sizeof(exec_devices) / sizeof(exec_devices[0]))
-		return flow_diag_set(diag, FLOW_ERR_USAGE,
-				     "unknown kernel set %d", (int)kernels);
 	if ((err = flow_graph_validate(g, diag)) != FLOW_OK)
 		return err;
 	x = calloc(1, sizeof(*x));
@@ -270,15 +315,24 @@ flow_err_t flow_exec_new(const flow_graph_t *g, flow_kernel_set_t kernels,
 		return flow_diag_set(diag, FLOW_ERR_NOMEM,
 				     "out of memory for the executor");
 	x->g = g;
-	x->kernels = exec_devices[kernels].kernels;
-	x->storage = exec_devices[kernels].storage;
+	if ((err = exec_device(x, kernels, diag)) != FLOW_OK)
+		goto out_free_exec;
+	if (!x->storage->host_addressable && exec_graph_is_distributed(g)) {
+		err = flow_diag_set(diag, FLOW_ERR_NOTSUP,
+				    "a graph of shards (tensor-parallel "
+				    "boxing and split ops) does not run on the "
+				    "%s kernels yet",
+				    x->kernels->name);
+		goto out_free_exec;
+	}
 	x->loss_scale = default_loss_scale(g);
 	for (int k = 0; k < FLOW_OP_KIND_COUNT; k++)
 		snprintf(x->profile[k].name, sizeof(x->profile[k].name), "%s",
 			 flow_op_def((flow_op_kind_t)k)->name);
 	if ((err = flow_memplan_build(g, &x->plan, diag)) != FLOW_OK ||
 	    (err = exec_alloc(x, diag)) != FLOW_OK ||
-	    (err = exec_prepare_ops(x, diag)) != FLOW_OK)
+	    (err = exec_prepare_ops(x, diag)) != FLOW_OK ||
+	    (err = exec_finish(x, diag)) != FLOW_OK)
 		goto out_free_exec;
 	*exec_out = x;
 	return FLOW_OK;
@@ -292,6 +346,11 @@ void flow_exec_free(flow_exec_t *x)
 {
 	if (!x)
 		return;
+	if (!x->storage) { /* failed before it had a device */
+		free(x);
+		return;
+	}
+	free(x->losses_host);
 	x->storage->free(x->scratch);
 	x->storage->free(x->arena);
 	x->storage->free(x->inputs);
@@ -320,6 +379,30 @@ void *flow_exec_tensor(flow_exec_t *x, int t)
 	if (t < 0 || (size_t)t >= x->g->ntensors)
 		return NULL;
 	return x->ptr[t];
+}
+
+const flow_exec_storage_t *flow_exec_storage(const flow_exec_t *x)
+{
+	return x->storage;
+}
+
+const flow_kernels_t *flow_exec_kernels(const flow_exec_t *x)
+{
+	return x->kernels;
+}
+
+flow_err_t flow_exec_tensor_upload(flow_exec_t *x, int t, const void *src,
+				   flow_diag_t *diag)
+{
+	x->storage->copy_in(x->ptr[t], src, flow_graph_tensor_bytes(x->g, t));
+	return exec_finish(x, diag);
+}
+
+flow_err_t flow_exec_tensor_download(flow_exec_t *x, int t, void *dst,
+				     flow_diag_t *diag)
+{
+	x->storage->copy_out(dst, x->ptr[t], flow_graph_tensor_bytes(x->g, t));
+	return exec_finish(x, diag);
 }
 
 void flow_exec_set_loss_scale(flow_exec_t *x, float scale)
@@ -383,22 +466,27 @@ static void init_box(const flow_graph_tensor_t *p, float *v,
 	}
 }
 
-void flow_exec_init_params_boxes(flow_exec_t *x, uint64_t seed,
-				 const flow_box_t *boxes,
-				 const flow_shape_t *logical)
+/* Fill every parameter, parameter t holding boxes[t] of a logical tensor
+ * of shape logical[t] (NULL, NULL: each its whole self).  Drawn in host
+ * memory: in place when the storage is the host's, else one tensor at a
+ * time in a buffer the size of the largest, copied in. */
+static flow_err_t exec_init(flow_exec_t *x, uint64_t seed,
+			    const flow_box_t *boxes,
+			    const flow_shape_t *logical, flow_diag_t *diag)
 {
 	const flow_graph_t *g = x->g;
+	bool staged = !x->storage->host_addressable;
+	float *host = NULL;
+	size_t largest = 0;
 
-	for (size_t t = 0; t < g->ntensors; t++)
-		if (g->tensors[t].role == FLOW_ROLE_PARAM)
-			init_box(&g->tensors[t], x->ptr[t], &boxes[t],
-				 &logical[t], seed);
-}
-
-void flow_exec_init_params(flow_exec_t *x, uint64_t seed)
-{
-	const flow_graph_t *g = x->g;
-
+	for (size_t t = 0; staged && t < g->ntensors; t++)
+		if (g->tensors[t].role == FLOW_ROLE_PARAM &&
+		    flow_graph_tensor_bytes(g, (int)t) > largest)
+			largest = flow_graph_tensor_bytes(g, (int)t);
+	if (staged && !(host = flow_alloc(largest)))
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "out of memory for a %zu-byte staging "
+				     "buffer of the parameters", largest);
 	for (size_t t = 0; t < g->ntensors; t++) {
 		const flow_graph_tensor_t *p = &g->tensors[t];
 		flow_box_t whole;
@@ -406,8 +494,28 @@ void flow_exec_init_params(flow_exec_t *x, uint64_t seed)
 		if (p->role != FLOW_ROLE_PARAM)
 			continue;
 		flow_box_whole(&p->shape, &whole);
-		init_box(p, x->ptr[t], &whole, &p->shape, seed);
+		init_box(p, staged ? host : x->ptr[t], boxes ? &boxes[t] : &whole,
+			 logical ? &logical[t] : &p->shape, seed);
+		if (staged)
+			x->storage->copy_in(x->ptr[t], host,
+					    flow_graph_tensor_bytes(g, (int)t));
 	}
+	flow_free(host);
+	return exec_finish(x, diag);
+}
+
+flow_err_t flow_exec_init_params_boxes(flow_exec_t *x, uint64_t seed,
+				       const flow_box_t *boxes,
+				       const flow_shape_t *logical,
+				       flow_diag_t *diag)
+{
+	return exec_init(x, seed, boxes, logical, diag);
+}
+
+flow_err_t flow_exec_init_params(flow_exec_t *x, uint64_t seed,
+				 flow_diag_t *diag)
+{
+	return exec_init(x, seed, NULL, NULL, diag);
 }
 
 void flow_exec_zero_param_grads(flow_exec_t *x)
@@ -500,11 +608,12 @@ static double now_seconds(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Run ops [begin, end).  The first failure (a collective of a localized
- * graph) stops the pass and every later one: a half-run pass leaves
- * tensors no later pass could trust. */
-static flow_err_t exec_run(flow_exec_t *x, size_t begin, size_t end,
-			   flow_diag_t *diag)
+/* Run ops [begin, end), leaving the last of them in flight on a device
+ * whose kernels are enqueued (exec_finish waits).  The first failure (a
+ * collective of a localized graph, a device error) stops the pass and
+ * every later one: a half-run pass leaves tensors no later pass could
+ * trust. */
+static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 {
 	for (size_t i = begin; i < end && x->err == FLOW_OK; i++) {
 		const exec_op_t *o = &x->ops[i];
@@ -520,10 +629,6 @@ static flow_err_t exec_run(flow_exec_t *x, size_t begin, size_t end,
 			row->flops += o->flops;
 		}
 	}
-	if (x->err != FLOW_OK)
-		return flow_diag_set(diag, x->err, "%s",
-				     flow_diag_message(&x->diag));
-	return FLOW_OK;
 }
 
 flow_err_t flow_exec_forward(flow_exec_t *x, double *loss_out,
@@ -531,12 +636,18 @@ flow_err_t flow_exec_forward(flow_exec_t *x, double *loss_out,
 {
 	const flow_graph_t *g = x->g;
 	double sum = 0.0;
-	flow_err_t err = exec_run(x, 0, g->nforward, diag);
+	const float *losses = g->loss >= 0 ? x->ptr[g->loss] : NULL;
+	flow_err_t err;
 
-	if (err != FLOW_OK)
+	exec_run(x, 0, g->nforward);
+	if (losses && !x->storage->host_addressable) {
+		x->storage->copy_out(x->losses_host, losses,
+				     flow_graph_tensor_bytes(g, g->loss));
+		losses = x->losses_host;
+	}
+	if ((err = exec_finish(x, diag)) != FLOW_OK)
 		return err;
-	if (g->loss >= 0) {
-		const float *losses = x->ptr[g->loss];
+	if (losses) {
 		size_t n = flow_graph_tensor_numel(g, g->loss);
 		for (size_t i = 0; i < n; i++)
 			sum += losses[i];
@@ -548,7 +659,8 @@ flow_err_t flow_exec_forward(flow_exec_t *x, double *loss_out,
 
 flow_err_t flow_exec_backward(flow_exec_t *x, flow_diag_t *diag)
 {
-	return exec_run(x, x->g->nforward, x->g->nops, diag);
+	exec_run(x, x->g->nforward, x->g->nops);
+	return exec_finish(x, diag);
 }
 
 void flow_exec_set_dist(flow_exec_t *x, const flow_boxing_plan_t *plans,

@@ -67,6 +67,7 @@ struct flow_exec {
 	flow_boxing_comms_t *comms;
 	flow_diag_t diag;
 	flow_err_t err;
+	float *losses_host;  /* the losses, copied out of a device storage */
 	float *dist_scratch; /* split cross-entropy's row statistics */
 	size_t dist_scratch_n;
 };

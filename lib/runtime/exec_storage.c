@@ -18,9 +18,18 @@ static void host_zero(void *ptr, size_t bytes)
 	memset(ptr, 0, bytes);
 }
 
+static void host_copy(void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		memcpy(dst, src, bytes);
+}
+
 const flow_exec_storage_t flow_exec_storage_host = {
 	.name = "host",
+	.host_addressable = true,
 	.alloc = host_alloc,
 	.free = flow_free,
 	.zero = host_zero,
+	.copy_in = host_copy,
+	.copy_out = host_copy,
 };

@@ -210,13 +210,13 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 
 /* Parameters are initialised by logical index: the shards of all ranks
  * are the one-rank parameters. */
-static void trainer_init_params(flow_trainer_t *t)
+static flow_err_t trainer_init_params(flow_trainer_t *t, flow_diag_t *diag)
 {
 	if (t->localized)
-		flow_exec_init_params_boxes(t->exec, t->cfg.seed, t->local.box,
-					    t->local.logical);
-	else
-		flow_exec_init_params(t->exec, t->cfg.seed);
+		return flow_exec_init_params_boxes(t->exec, t->cfg.seed,
+						   t->local.box,
+						   t->local.logical, diag);
+	return flow_exec_init_params(t->exec, t->cfg.seed, diag);
 }
 
 /* Each data-parallel rank takes an equal slice of the global micro-batch. */
@@ -267,7 +267,7 @@ flow_err_t flow_trainer_new(const flow_train_config_t *cfg,
 	if (err == FLOW_OK && c->resume)
 		err = trainer_resume(t, diag);
 	else if (err == FLOW_OK)
-		trainer_init_params(t);
+		err = trainer_init_params(t, diag);
 	if (err == FLOW_OK && t->step > c->steps)
 		err = flow_diag_set(diag, FLOW_ERR_USAGE,
 				    "%s: step %" PRIu64 " is past --steps %"

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <flow/exec.h>
 #include <flow/graph.h>
@@ -74,7 +75,7 @@ static void exec_feed(flow_exec_t *x)
 	int32_t *tok = flow_exec_tensor(x, flow_graph_find(g, "tokens"));
 	int32_t *tgt = flow_exec_tensor(x, flow_graph_find(g, "targets"));
 
-	flow_exec_init_params(x, 1234);
+	assert_int_equal(flow_exec_init_params(x, 1234, NULL), FLOW_OK);
 	for (int i = 0; i < B * T; i++) {
 		tok[i] = (i * 17 + 3) % V;
 		tgt[i] = (i * 29 + 11) % V;
@@ -134,11 +135,14 @@ static void test_exec_kernel_tables_are_filled(void **state)
 	ASSERT_MEMBER(scale);
 	ASSERT_MEMBER(clip_grad_norm);
 #undef ASSERT_MEMBER
-	/* The name and one pointer per kernel, nothing else: a member added
-	 * to the table must be added above. */
+	/* Host kernels run to completion and cannot fail: no last(). */
+	assert_null(cpu->last);
+	assert_null(ref->last);
+	/* The name, one pointer per kernel and last, nothing else: a member
+	 * added to the table must be added above. */
 	assert_int_equal(sizeof(flow_kernels_t),
 			 sizeof(const char *) +
-				 (size_t)members * sizeof(cpu->scale));
+				 (size_t)(members + 1) * sizeof(cpu->scale));
 }
 
 /* x -> matmul (fc) -> gelu (act), differentiated from act's output: the
@@ -166,7 +170,7 @@ static void exec_by_hand(flow_kernel_set_t set, const flow_kernels_t *k,
 	flow_exec_t *e = exec_new(&g, set);
 	float *xv = flow_exec_tensor(e, x), *dyv = flow_exec_tensor(e, dy);
 
-	flow_exec_init_params(e, 99);
+	assert_int_equal(flow_exec_init_params(e, 99, NULL), FLOW_OK);
 	for (int i = 0; i < DN * DIN; i++)
 		xv[i] = (float)((i * 7) % 13) / 6.0f - 1.0f;
 	for (int i = 0; i < DN * DOUT; i++)
@@ -187,6 +191,61 @@ static void exec_by_hand(flow_kernel_set_t set, const flow_kernels_t *k,
 	assert_memory_equal(flow_exec_tensor(e, g.tensors[b].grad), db,
 			    sizeof(db));
 	flow_exec_free(e);
+	flow_graph_release(&g);
+}
+
+/* A tensor goes up and comes back through the storage's copies, and the
+ * host storage says the host may address it. */
+static void test_exec_tensor_upload_download_round_trip(void **state)
+{
+	flow_init_t normal = { FLOW_INIT_NORMAL, 0.5f, 0 };
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_graph_t g;
+	float in[DN * DIN], out[DN * DIN];
+
+	(void)state;
+	flow_graph_init(&g);
+	int x = graphutil_tensor(&g, "x", FLOW_ROLE_INPUT, FLOW_DTYPE_F32, 2,
+				 DIMS(DN, DIN));
+	int w = INIT_PARAM(&g, "w", normal, DOUT, DIN);
+	OP(&g, FLOW_OP_MATMUL, "fc", x, w, -1);
+	flow_exec_t *e = exec_new(&g, FLOW_KERNELS_CPU);
+	assert_true(flow_exec_storage(e)->host_addressable);
+	assert_ptr_equal(flow_exec_kernels(e), &flow_cpu_kernels);
+	for (int i = 0; i < DN * DIN; i++)
+		in[i] = (float)i - 3.5f;
+	assert_int_equal(flow_exec_tensor_upload(e, x, in, &diag), FLOW_OK);
+	assert_memory_equal(flow_exec_tensor(e, x), in, sizeof(in));
+	memset(out, 0xff, sizeof(out));
+	assert_int_equal(flow_exec_tensor_download(e, x, out, &diag), FLOW_OK);
+	assert_memory_equal(out, in, sizeof(in));
+	flow_exec_free(e);
+	flow_graph_release(&g);
+}
+
+/* Without a GPU the CUDA set is one line, from the module or the driver,
+ * and no executor. */
+static void test_exec_cuda_without_a_gpu_is_one_line(void **state)
+{
+	flow_init_t normal = { FLOW_INIT_NORMAL, 0.5f, 0 };
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_graph_t g;
+	flow_exec_t *e = NULL;
+
+	(void)state;
+	if (access("/dev/nvidia0", F_OK) == 0)
+		skip(); /* tests/gpu/run.sh runs the CUDA executor */
+	flow_graph_init(&g);
+	int x = graphutil_tensor(&g, "x", FLOW_ROLE_INPUT, FLOW_DTYPE_F32, 2,
+				 DIMS(DN, DIN));
+	int w = INIT_PARAM(&g, "w", normal, DOUT, DIN);
+	OP(&g, FLOW_OP_MATMUL, "fc", x, w, -1);
+	assert_int_equal(flow_exec_new(&g, FLOW_KERNELS_CUDA, &e, &diag),
+			 FLOW_ERR_NOTSUP);
+	assert_null(e);
+	assert_null(strchr(diag.msg, '\n'));
+	assert_true(strstr(diag.msg, "no usable CUDA driver or device: ") ||
+		    strstr(diag.msg, "no CUDA support"));
 	flow_graph_release(&g);
 }
 
@@ -435,7 +494,7 @@ static void test_exec_init_draws_philox_by_logical_index(void **state)
 		pz[i] = 5.0f;
 	for (int i = 0; i < 3; i++)
 		pn[i] = 5.0f;
-	flow_exec_init_params(x, seed);
+	assert_int_equal(flow_exec_init_params(x, seed, NULL), FLOW_OK);
 
 	uint64_t sw = flow_rng_stream_id("h.0.attn.c_attn.weight");
 	for (int i = 0; i < 30; i++)
@@ -474,8 +533,8 @@ static void test_exec_init_depends_on_names_and_seed_only(void **state)
 	int a2 = INIT_PARAM(&g2, "a", normal, 10, 10);
 	flow_exec_t *x1 = exec_new(&g1, FLOW_KERNELS_CPU);
 	flow_exec_t *x2 = exec_new(&g2, FLOW_KERNELS_REF);
-	flow_exec_init_params(x1, 5);
-	flow_exec_init_params(x2, 5);
+	assert_int_equal(flow_exec_init_params(x1, 5, NULL), FLOW_OK);
+	assert_int_equal(flow_exec_init_params(x2, 5, NULL), FLOW_OK);
 	assert_memory_equal(flow_exec_tensor(x1, a1), flow_exec_tensor(x2, a2),
 			    100 * sizeof(float));
 	assert_memory_equal(flow_exec_tensor(x1, b1), flow_exec_tensor(x2, b2),
@@ -483,7 +542,7 @@ static void test_exec_init_depends_on_names_and_seed_only(void **state)
 	/* Distinct names, distinct streams; another seed, other values. */
 	assert_memory_not_equal(flow_exec_tensor(x1, a1),
 				flow_exec_tensor(x1, b1), 100 * sizeof(float));
-	flow_exec_init_params(x2, 6);
+	assert_int_equal(flow_exec_init_params(x2, 6, NULL), FLOW_OK);
 	assert_memory_not_equal(flow_exec_tensor(x1, a1),
 				flow_exec_tensor(x2, a2), 100 * sizeof(float));
 	flow_exec_free(x1);
@@ -704,6 +763,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_exec_kernel_tables_are_filled),
 		cmocka_unit_test(test_exec_runs_the_kernels_of_its_set),
+		cmocka_unit_test(test_exec_tensor_upload_download_round_trip),
+		cmocka_unit_test(test_exec_cuda_without_a_gpu_is_one_line),
 		cmocka_unit_test(test_exec_cpu_matches_reference),
 		cmocka_unit_test(test_exec_backward_clears_activation_gradients),
 		cmocka_unit_test(test_exec_param_grads_accumulate_across_passes),

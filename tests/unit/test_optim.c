@@ -67,7 +67,7 @@ static int setup(void **state)
 	    flow_exec_new(&f->g, FLOW_KERNELS_CPU, &f->x, &diag) != FLOW_OK ||
 	    flow_adamw_new(f->x, &hp, &f->opt, &diag) != FLOW_OK)
 		return -1;
-	flow_exec_init_params(f->x, 7);
+	assert_int_equal(flow_exec_init_params(f->x, 7, NULL), FLOW_OK);
 	*state = f;
 	return 0;
 }

@@ -27,6 +27,16 @@
 #define NCCL_PART ", no NCCL"
 #endif
 
+static const flow_exec_storage_t storage = {
+	.name = "cuda",
+	.host_addressable = false,
+	.alloc = flow_cuda_storage_alloc,
+	.free = flow_cuda_storage_free,
+	.zero = flow_cuda_storage_zero,
+	.copy_in = flow_cuda_storage_copy_in,
+	.copy_out = flow_cuda_storage_copy_out,
+};
+
 static const flow_cuda_module_t module = {
 	.abi = FLOW_CUDA_MODULE_ABI,
 	.build = "CUDA runtime " STR(CUDART_VERSION) ", cuBLAS " STR(
@@ -39,6 +49,8 @@ static const flow_cuda_module_t module = {
 	.free = flow_cuda_free,
 	.copy_to_device = flow_cuda_copy_to_device,
 	.copy_to_host = flow_cuda_copy_to_host,
+	.kernels = &flow_cuda_kernels,
+	.storage = &storage,
 #ifdef HAVE_NCCL
 	.comm_nccl_init = flow_comm_nccl_init,
 #endif

@@ -1,0 +1,298 @@
+/* The CUDA kernel set as the executor calls it (flow/kernels.h,
+ * flow_kernels_t): each kernel of kernels_cuda.h wrapped in a function of
+ * the table's type that enqueues on the calling thread's stream and keeps
+ * the first failure beside it, and last(), which waits for that stream and
+ * returns the kept failure.  With them, the executor's storage over device
+ * memory (flow_cuda_storage_*).
+ *
+ * The stream is cudaStreamPerThread: each host thread gets its own, so
+ * ranks run as threads (tests) or several executors on several threads
+ * never serialise on one stream, and no stream has to be created or
+ * destroyed.  After a failure every later kernel of the thread is skipped
+ * until last() reports it: what follows a failed kernel cannot be
+ * trusted. */
+#include <config.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "cuda_internal.h"
+
+#define STREAM cudaStreamPerThread
+
+namespace {
+
+struct thread_state {
+	flow_err_t err;    /* the first failure since last() */
+	flow_diag_t diag;  /* its line */
+	double *sum;       /* one device double for sum_squares */
+	int sum_device;    /* the device sum lives on */
+};
+
+thread_local thread_state ts = { FLOW_OK, FLOW_DIAG_INIT, nullptr, -1 };
+
+/* Keep the first failure of this thread. */
+void keep(flow_err_t err, const flow_diag_t *diag)
+{
+	if (err != FLOW_OK && ts.err == FLOW_OK) {
+		ts.err = err;
+		ts.diag = *diag;
+	}
+}
+
+/* Run one kernel call unless an earlier one failed. */
+#define ENQUEUE(call)                                                       \
+	do {                                                                \
+		if (ts.err == FLOW_OK) {                                    \
+			flow_diag_t diag_ = FLOW_DIAG_INIT;                 \
+			flow_diag_t *diag = &diag_;                         \
+			keep((call), diag);                                 \
+		}                                                           \
+	} while (0)
+
+void matmul_forward(float *out, const float *inp, const float *weight,
+		    const float *bias, size_t n, size_t in_dim, size_t out_dim)
+{
+	ENQUEUE(flow_cuda_matmul_forward(out, inp, weight, bias, n, in_dim,
+					 out_dim, diag, STREAM));
+}
+
+void matmul_backward(float *dinp, float *dweight, float *dbias,
+		     const float *dout, const float *inp, const float *weight,
+		     size_t n, size_t in_dim, size_t out_dim)
+{
+	ENQUEUE(flow_cuda_matmul_backward(dinp, dweight, dbias, dout, inp,
+					  weight, n, in_dim, out_dim, diag,
+					  STREAM));
+}
+
+void embedding_forward(float *out, const int32_t *tokens, const float *wte,
+		       const float *wpe, size_t B, size_t T, size_t C)
+{
+	ENQUEUE(flow_cuda_embedding_forward(out, tokens, wte, wpe, B, T, C,
+					    diag, STREAM));
+}
+
+void embedding_backward(float *dwte, float *dwpe, const float *dout,
+			const int32_t *tokens, size_t B, size_t T, size_t C)
+{
+	ENQUEUE(flow_cuda_embedding_backward(dwte, dwpe, dout, tokens, B, T,
+					     C, diag, STREAM));
+}
+
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+		       const float *weight, const float *bias, size_t n,
+		       size_t C)
+{
+	ENQUEUE(flow_cuda_layernorm_forward(out, mean, rstd, inp, weight, bias,
+					    n, C, diag, STREAM));
+}
+
+void layernorm_backward(float *dinp, float *dweight, float *dbias,
+			const float *dout, const float *inp,
+			const float *weight, const float *mean,
+			const float *rstd, size_t n, size_t C)
+{
+	ENQUEUE(flow_cuda_layernorm_backward(dinp, dweight, dbias, dout, inp,
+					     weight, mean, rstd, n, C, diag,
+					     STREAM));
+}
+
+void gelu_forward(float *out, const float *inp, size_t n)
+{
+	ENQUEUE(flow_cuda_gelu_forward(out, inp, n, diag, STREAM));
+}
+
+void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+	ENQUEUE(flow_cuda_gelu_backward(dinp, inp, dout, n, diag, STREAM));
+}
+
+void attention_forward(float *out, float *att, const float *qkv, size_t B,
+		       size_t T, size_t C, size_t NH)
+{
+	ENQUEUE(flow_cuda_attention_forward(out, att, qkv, B, T, C, NH, diag,
+					    STREAM));
+}
+
+void attention_backward(float *dqkv, void *scratch, const float *dout,
+			const float *qkv, const float *att, size_t B, size_t T,
+			size_t C, size_t NH)
+{
+	ENQUEUE(flow_cuda_attention_backward(dqkv, scratch, dout, qkv, att, B,
+					     T, C, NH, diag, STREAM));
+}
+
+void residual_forward(float *out, const float *a, const float *b, size_t n)
+{
+	ENQUEUE(flow_cuda_residual_forward(out, a, b, n, diag, STREAM));
+}
+
+void residual_backward(float *da, float *db, const float *dout, size_t n)
+{
+	ENQUEUE(flow_cuda_residual_backward(da, db, dout, n, diag, STREAM));
+}
+
+void cross_entropy_forward_backward(float *losses, float *logits,
+				    const int32_t *targets, size_t n, size_t V,
+				    size_t Vp, float dloss)
+{
+	ENQUEUE(flow_cuda_cross_entropy_forward_backward(
+		losses, logits, targets, n, V, Vp, dloss, diag, STREAM));
+}
+
+void adamw_update(float *param, const float *grad, float *m, float *v,
+		  size_t n, const flow_adamw_params_t *hp, uint64_t t,
+		  bool decay)
+{
+	ENQUEUE(flow_cuda_adamw_update(param, grad, m, v, n, hp, t, decay,
+				       diag, STREAM));
+}
+
+/* The table's sum_squares returns its value, so this one waits: a
+ * measurement, not a step of the training loop. */
+double sum_squares(const float *x, size_t n)
+{
+	double sum = NAN;
+	int device = -1;
+	if (ts.err != FLOW_OK)
+		return sum;
+	flow_diag_t diag_ = FLOW_DIAG_INIT;
+	flow_diag_t *diag = &diag_;
+	flow_err_t err = FLOW_OK;
+	FLOW_CUDA_TRY(cudaGetDevice(&device), out);
+	if (ts.sum && ts.sum_device != device) {
+		/* A thread that moved to another device. */
+		(void)cudaFree(ts.sum);
+		ts.sum = nullptr;
+	}
+	if (!ts.sum) {
+		FLOW_CUDA_TRY(cudaMalloc(&ts.sum, sizeof(double)), out);
+		ts.sum_device = device;
+	}
+	FLOW_TRY(flow_cuda_sum_squares(x, n, ts.sum, diag, STREAM), out);
+	FLOW_CUDA_TRY(cudaMemcpyAsync(&sum, ts.sum, sizeof sum,
+				      cudaMemcpyDeviceToHost, STREAM),
+		      out);
+	FLOW_CUDA_TRY(cudaStreamSynchronize(STREAM), out);
+out:
+	keep(err, diag);
+	return err == FLOW_OK ? sum : NAN;
+}
+
+void scale(float *x, size_t n, float s)
+{
+	ENQUEUE(flow_cuda_scale(x, n, s, diag, STREAM));
+}
+
+/* Waits for the norm (the trainer reports it every step). */
+float clip_grad_norm(float *const *grads, const size_t *counts,
+		     size_t ntensors, float max_norm)
+{
+	float norm = NAN;
+	ENQUEUE(flow_cuda_clip_grad_norm(grads, counts, ntensors, max_norm,
+					 &norm, diag, STREAM));
+	return norm;
+}
+
+flow_err_t last(flow_diag_t *diag)
+{
+	flow_diag_t mine = FLOW_DIAG_INIT;
+	cudaError_t e = cudaStreamSynchronize(STREAM);
+	if (e != cudaSuccess)
+		keep(flow_cuda__fail(&mine, e, "cudaStreamSynchronize",
+				     __FILE__, __LINE__),
+		     &mine);
+	flow_err_t err = ts.err;
+	if (err != FLOW_OK)
+		flow_diag_set(diag, err, "%s", flow_diag_message(&ts.diag));
+	ts.err = FLOW_OK;
+	ts.diag = FLOW_DIAG_INIT;
+	return err;
+}
+
+} // namespace
+
+extern "C" const flow_kernels_t flow_cuda_kernels = {
+	"cuda",
+	matmul_forward,
+	matmul_backward,
+	embedding_forward,
+	embedding_backward,
+	layernorm_forward,
+	layernorm_backward,
+	gelu_forward,
+	gelu_backward,
+	attention_forward,
+	flow_cuda_attention_scratch_bound,
+	attention_backward,
+	residual_forward,
+	residual_backward,
+	cross_entropy_forward_backward,
+	adamw_update,
+	sum_squares,
+	scale,
+	clip_grad_norm,
+	last,
+};
+
+/* ---- the executor's storage ------------------------------------------------ */
+
+void *flow_cuda_storage_alloc(size_t bytes)
+{
+	void *p = nullptr;
+	/* 0 bytes must still give a unique pointer. */
+	if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess)
+		return nullptr;
+	/* Zeroed, as the storage contract says; synchronously, so no kernel
+	 * of any stream can see the memory before it is. */
+	if (cudaMemset(p, 0, bytes ? bytes : 256) != cudaSuccess) {
+		(void)cudaFree(p);
+		return nullptr;
+	}
+	return p;
+}
+
+void flow_cuda_storage_free(void *ptr)
+{
+	if (ptr) {
+		/* Kernels of this thread may still use it. */
+		(void)cudaStreamSynchronize(STREAM);
+		(void)cudaFree(ptr);
+	}
+}
+
+void flow_cuda_storage_zero(void *ptr, size_t bytes)
+{
+	ENQUEUE(flow_cuda_zero(ptr, bytes, diag, STREAM));
+}
+
+void flow_cuda_storage_copy_in(void *dst, const void *src, size_t bytes)
+{
+	flow_err_t err = FLOW_OK;
+	flow_diag_t diag_ = FLOW_DIAG_INIT;
+	flow_diag_t *diag = &diag_;
+	if (ts.err != FLOW_OK || bytes == 0)
+		return;
+	/* From pageable memory the copy has left src when this returns. */
+	FLOW_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+				      STREAM),
+		      out);
+out:
+	keep(err, diag);
+}
+
+void flow_cuda_storage_copy_out(void *dst, const void *src, size_t bytes)
+{
+	flow_err_t err = FLOW_OK;
+	flow_diag_t diag_ = FLOW_DIAG_INIT;
+	flow_diag_t *diag = &diag_;
+	if (ts.err != FLOW_OK || bytes == 0)
+		return;
+	FLOW_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
+				      STREAM),
+		      out);
+	FLOW_CUDA_TRY(cudaStreamSynchronize(STREAM), out);
+out:
+	keep(err, diag);
+}
