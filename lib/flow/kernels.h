@@ -156,6 +156,17 @@ typedef void flow_scale_fn(float *x, size_t n, float s);
 typedef float flow_clip_grad_norm_fn(float *const *grads, const size_t *counts,
 				     size_t ntensors, float max_norm);
 
+/* The factor clipping multiplies every gradient by, as PyTorch computes
+ * it: max_norm / (norm + 1e-6) in float; 1 (no change) when that is not
+ * below 1 or max_norm <= 0. */
+static inline float flow_clip_coef(float norm, float max_norm)
+{
+	if (max_norm <= 0.0f)
+		return 1.0f;
+	float coef = max_norm / (norm + 1e-6f);
+	return coef < 1.0f ? coef : 1.0f;
+}
+
 /* ---- kernel sets ------------------------------------------------------------ */
 
 /* One kernel set: a function of each kernel type above, picked once by the

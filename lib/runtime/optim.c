@@ -36,11 +36,12 @@ void flow_adamw_free(flow_adamw_t *opt)
 {
 	if (!opt)
 		return;
+	const flow_exec_storage_t *st = flow_exec_storage(opt->exec);
 	for (size_t i = 0; i < opt->nparams; i++) {
 		if (opt->m)
-			flow_free(opt->m[i]);
+			st->free(opt->m[i]);
 		if (opt->v)
-			flow_free(opt->v[i]);
+			st->free(opt->v[i]);
 	}
 	free(opt->m);
 	free(opt->v);
@@ -63,6 +64,7 @@ flow_err_t flow_adamw_new_sharded(flow_exec_t *exec,
 				  flow_adamw_t **opt_out, flow_diag_t *diag)
 {
 	const flow_graph_t *g = flow_exec_graph(exec);
+	const flow_exec_storage_t *st = flow_exec_storage(exec);
 	flow_adamw_t *opt = calloc(1, sizeof *opt);
 	if (!opt)
 		goto out_nomem;
@@ -92,8 +94,9 @@ flow_err_t flow_adamw_new_sharded(flow_exec_t *exec,
 		opt->counts[i] = numel;
 		opt->grads[i] = p->grad >= 0 ? flow_exec_tensor(exec, p->grad)
 					     : NULL;
-		opt->m[i] = flow_calloc(numel ? numel : 1, sizeof(float));
-		opt->v[i] = flow_calloc(numel ? numel : 1, sizeof(float));
+		/* The moments live where the parameters do, zeroed. */
+		opt->m[i] = st->alloc(numel * sizeof(float));
+		opt->v[i] = st->alloc(numel * sizeof(float));
 		if (!opt->m[i] || !opt->v[i] || !opt->grads[i])
 			goto out_free;
 		opt->grads[i] += opt->begins[i];
@@ -113,12 +116,13 @@ out_nomem:
 void flow_adamw_step(flow_adamw_t *opt, uint64_t t, float lr)
 {
 	const flow_graph_t *g = flow_exec_graph(opt->exec);
+	const flow_kernels_t *k = flow_exec_kernels(opt->exec);
 	flow_adamw_params_t hp = opt->hp;
 	hp.lr = lr;
 	for (size_t i = 0; i < opt->nparams; i++) {
 		int p = opt->params[i];
 		float *param = flow_exec_tensor(opt->exec, p);
-		flow_cpu_adamw_update(param + opt->begins[i],
+		k->adamw_update(param + opt->begins[i],
 				      opt->grads[i], opt->m[i], opt->v[i],
 				      opt->counts[i], &hp, t,
 				      g->tensors[p].decay);
@@ -147,14 +151,17 @@ float *flow_adamw_v(flow_adamw_t *opt, int param)
 
 float flow_adamw_clip_grad_norm(flow_adamw_t *opt, float max_norm)
 {
-	return flow_cpu_clip_grad_norm(opt->grads, opt->counts, opt->nparams,
-				       max_norm);
+	return flow_exec_kernels(opt->exec)->clip_grad_norm(
+		opt->grads, opt->counts, opt->nparams, max_norm);
 }
 
 void flow_adamw_clip_to_norm(flow_adamw_t *opt, float norm, float max_norm)
 {
-	flow_cpu_clip_to_norm(opt->grads, opt->counts, opt->nparams, norm,
-			      max_norm);
+	const flow_kernels_t *k = flow_exec_kernels(opt->exec);
+	float coef = flow_clip_coef(norm, max_norm);
+	if (coef < 1.0f)
+		for (size_t i = 0; i < opt->nparams; i++)
+			k->scale(opt->grads[i], opt->counts[i], coef);
 }
 
 size_t flow_adamw_params(const flow_adamw_t *opt, const int **params_out)

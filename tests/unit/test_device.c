@@ -40,11 +40,13 @@ static const char *mapped_cuda_library(void)
 	return found;
 }
 
+#ifdef HAVE_CUDA
 /* Does this machine have an NVIDIA GPU with its driver? */
 static bool machine_has_gpu(void)
 {
 	return access("/dev/nvidia0", F_OK) == 0;
 }
+#endif
 
 typedef struct outcome {
 	flow_err_t err;

@@ -56,12 +56,9 @@ void flow_cpu_scale(float *x, size_t n, float s)
 void flow_cpu_clip_to_norm(float *const *grads, const size_t *counts,
 			   size_t ntensors, float norm, float max_norm)
 {
-	if (max_norm <= 0.0f)
-		return;
-	/* PyTorch: clip_coef = max_norm / (total_norm + 1e-6), in float, and
-	 * the gradients change only when clip_coef < 1 (it multiplies by the
-	 * coefficient clamped to 1, which is the identity otherwise). */
-	float coef = max_norm / (norm + 1e-6f);
+	/* PyTorch multiplies by the coefficient clamped to 1, the identity
+	 * when it is 1: only a coefficient below 1 changes anything. */
+	float coef = flow_clip_coef(norm, max_norm);
 	if (coef < 1.0f)
 		for (size_t i = 0; i < ntensors; i++)
 			flow_cpu_scale(grads[i], counts[i], coef);
