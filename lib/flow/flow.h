@@ -24,6 +24,7 @@
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
 #include <flow/device.h>
+#include <flow/caching_alloc.h>
 /* sbp */
 #include <flow/sbp.h>
 #include <flow/cluster.h>
