@@ -23,6 +23,8 @@
 #include <flow/blas.h>
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
+/* device */
+#include <flow/gpu_binding.h>
 /* sbp */
 #include <flow/sbp.h>
 #include <flow/cluster.h>
