@@ -23,7 +23,9 @@
 #include <flow/blas.h>
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
+/* device */
 #include <flow/device.h>
+#include <flow/gpu_binding.h>
 #include <flow/caching_alloc.h>
 /* sbp */
 #include <flow/sbp.h>
