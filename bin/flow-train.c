@@ -460,8 +460,8 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 	c->world = world_comm;
 	if (plan && flow_train_config_set_plan(c, plan, &diag) != FLOW_OK)
 		goto fail;
-	if (!o->peak_given && c->device == FLOW_DEVICE_CPU)
-		c->peak_gflops = measure_peak(); /* a GPU's comes from its datasheet */
+	if (!o->peak_given) /* a GPU's comes from its datasheet */
+		c->peak_gflops = c->device == FLOW_DEVICE_CPU ? measure_peak() : -1.0;
 	if (flow_trainer_new(c, &t, &diag) != FLOW_OK)
 		goto fail;
 	if (speaks) {

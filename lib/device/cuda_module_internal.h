@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include <flow/caching_alloc.h>
 #include <flow/device.h>
 #include <flow/error.h>
 #include <flow/exec.h>
@@ -21,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FLOW_CUDA_MODULE_ABI 2u
+#define FLOW_CUDA_MODULE_ABI 3u
 #define FLOW_CUDA_MODULE_ENTRY "flow_cuda_module_entry"
 
 struct flow_comm;
@@ -46,6 +47,9 @@ typedef struct flow_cuda_module {
 	/* ---- the executor's kernel set and storage (flow/exec.h) ---- */
 	const flow_kernels_t *kernels;
 	const flow_exec_storage_t *storage;
+	/* The storage's caching allocator on device. */
+	flow_err_t (*storage_stats)(int device, flow_alloc_stats_t *stats_out,
+				    flow_diag_t *diag);
 
 	/* ---- the NCCL backend of flow_comm (lib/comm/comm_nccl.c) ---- */
 	/* NULL when the module was built without NCCL. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <flow/caching_alloc.h>
 #include <flow/device.h>
 
 #include "cuda_module_internal.h"
@@ -217,4 +218,42 @@ flow_err_t flow_cuda_download(void *dst, const void *src, size_t bytes,
 	const flow_cuda_module_t *m = NULL;
 	flow_err_t err = flow_cuda_module_get(&m, diag);
 	return err ? err : m->copy_to_host(dst, src, bytes, diag);
+}
+
+flow_err_t flow_cuda_memory_stats(int device, struct flow_alloc_stats *stats_out,
+				  flow_diag_t *diag)
+{
+	const flow_cuda_module_t *m = NULL;
+	flow_err_t err = flow_cuda_module_get(&m, diag);
+	return err ? err : m->storage_stats(device, stats_out, diag);
+}
+
+/* NVIDIA's published dense (no sparsity) peaks.  Names are matched in
+ * order, so the PCIe and NVL variants come before the plain name. */
+static const struct gpu_peak {
+	const char *match;  /* a substring of cudaDeviceProp.name */
+	double bf16, fp32;  /* TFLOP/s */
+	const char *source;
+} gpu_peaks[] = {
+	{ "H100 PCIe", 756.0, 51.2, "H100 PCIe datasheet" },
+	{ "H100 NVL", 835.5, 60.0, "H100 NVL datasheet" },
+	{ "H100", 989.4, 66.9, "H100 SXM5 datasheet" },
+	{ "H200 NVL", 835.5, 60.0, "H200 NVL datasheet" },
+	{ "H200", 989.4, 66.9, "H200 SXM datasheet" },
+	{ "A100", 312.0, 19.5, "A100 datasheet" },
+};
+
+double flow_cuda_peak_gflops(const char *name, bool bf16,
+			     const char **source_out)
+{
+	for (size_t i = 0; i < sizeof gpu_peaks / sizeof *gpu_peaks; i++) {
+		if (!strstr(name, gpu_peaks[i].match))
+			continue;
+		if (source_out)
+			*source_out = gpu_peaks[i].source;
+		return 1e3 * (bf16 ? gpu_peaks[i].bf16 : gpu_peaks[i].fp32);
+	}
+	if (source_out)
+		*source_out = NULL;
+	return 0.0;
 }

@@ -98,6 +98,21 @@ FLOW_EXPORT flow_err_t flow_cuda_download(void *dst, const void *src,
 					  size_t bytes,
 					  flow_diag_t *diag) FLOW_MUST_CHECK;
 
+/* What the executors' caching allocator holds on device
+ * (flow/caching_alloc.h): bytes in use and reserved, and their peaks. */
+struct flow_alloc_stats;
+FLOW_EXPORT flow_err_t flow_cuda_memory_stats(int device,
+					      struct flow_alloc_stats *stats_out,
+					      flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* The datasheet's dense peak of a GPU named name (flow_cuda_device_info_t
+ * .name), in GFLOP/s, for bf16 tensor-core math (bf16) or true fp32 (not
+ * TF32); 0 for a GPU not in the table.  *source_out (may be NULL) names
+ * the datasheet figure, e.g. "H100 SXM5 datasheet: 989.4 TFLOP/s bf16
+ * dense".  The table: flow-train(1), MFU. */
+FLOW_EXPORT double flow_cuda_peak_gflops(const char *name, bool bf16,
+					 const char **source_out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -92,6 +92,16 @@ FLOW_EXPORT void *flow_exec_tensor(flow_exec_t *exec, int t);
 FLOW_EXPORT const flow_exec_storage_t *flow_exec_storage(const flow_exec_t *exec);
 /* The kernel table it runs. */
 FLOW_EXPORT const flow_kernels_t *flow_exec_kernels(const flow_exec_t *exec);
+/* bytes from host memory src to dst, a pointer into one of the
+ * executor's buffers (flow_exec_tensor's, plus an offset) or of its
+ * storage (an optimizer moment), or from such a src into host memory dst;
+ * waited for.  FLOW_OK, or a device failure with its line in diag. */
+FLOW_EXPORT flow_err_t flow_exec_copy_in(flow_exec_t *exec, void *dst,
+					 const void *src, size_t bytes,
+					 flow_diag_t *diag) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_exec_copy_out(flow_exec_t *exec, void *dst,
+					  const void *src, size_t bytes,
+					  flow_diag_t *diag) FLOW_MUST_CHECK;
 /* Copy all of tensor t from host memory src, or into host memory dst,
  * whatever the storage (flow_graph_tensor_bytes(g, t) bytes).  FLOW_OK,
  * or a device failure with its line in diag. */

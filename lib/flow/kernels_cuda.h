@@ -44,6 +44,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <flow/caching_alloc.h>
 #include <flow/common.h>
 #include <flow/device.h>
 #include <flow/error.h>
@@ -252,7 +253,8 @@ FLOW_EXPORT flow_err_t flow_cuda_clip_grad_norm(float *const *grads,
  * stream (cudaStreamPerThread), each keeping its first failure for last(). */
 FLOW_EXPORT extern const flow_kernels_t flow_cuda_kernels;
 /* flow_exec_storage_t's members over device memory (flow/exec.h): zeroed
- * cudaMalloc (NULL when out of memory), cudaFree after the thread's stream
+ * blocks of the current device's caching allocator over cudaMalloc (NULL
+ * when out of memory), given back to its cache once the thread's stream
  * is idle, and zeroing and copies in order on that stream (copy_out
  * waits); failures are kept for flow_cuda_kernels.last(). */
 FLOW_EXPORT void *flow_cuda_storage_alloc(size_t bytes);
@@ -262,6 +264,11 @@ FLOW_EXPORT void flow_cuda_storage_copy_in(void *dst, const void *src,
 					   size_t bytes);
 FLOW_EXPORT void flow_cuda_storage_copy_out(void *dst, const void *src,
 					    size_t bytes);
+/* The storage's caching allocator of device (flow/caching_alloc.h): all
+ * zero before its first allocation. */
+FLOW_EXPORT flow_err_t flow_cuda_storage_stats(int device,
+					       flow_alloc_stats_t *stats_out,
+					       flow_diag_t *diag) FLOW_MUST_CHECK;
 
 #ifdef __cplusplus
 }

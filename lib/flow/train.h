@@ -70,7 +70,9 @@ typedef struct flow_train_config {
 	 * GPU (to test parallel plans on one GPU). */
 	bool host_comm;
 	bool profile;
-	double peak_gflops;      /* MFU denominator; <= 0: no MFU */
+	double peak_gflops;      /* MFU denominator; 0: no MFU; < 0 on
+				  * cuda: the GPU's datasheet peak for the
+				  * precision (flow_cuda_peak_gflops) */
 	const char *dump_batches; /* file of every batch's tokens, or NULL */
 	const char *dump_grads;  /* checkpoint dir of the first step's
 				  * gradients, or NULL */

@@ -56,6 +56,11 @@ typedef struct flow_zero {
 	bool any_split;       /* some parameter has split moments */
 	bool params_stale;    /* split parameters changed since gathered */
 	float *scratch;       /* a shard or a whole parameter */
+	/* Host copies of the largest parameter, made on first need: what a
+	 * CPU communicator moves when the executor's storage is a device's
+	 * (flow-train --comm cpu on CUDA). */
+	float *staging;
+	size_t largest;       /* elements of the largest parameter */
 } flow_zero_t;
 
 /* The layout of every parameter of g for data-parallel rank dp_rank of

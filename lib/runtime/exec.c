@@ -391,18 +391,32 @@ const flow_kernels_t *flow_exec_kernels(const flow_exec_t *x)
 	return x->kernels;
 }
 
+flow_err_t flow_exec_copy_in(flow_exec_t *x, void *dst, const void *src,
+			     size_t bytes, flow_diag_t *diag)
+{
+	x->storage->copy_in(dst, src, bytes);
+	return exec_finish(x, diag);
+}
+
+flow_err_t flow_exec_copy_out(flow_exec_t *x, void *dst, const void *src,
+			      size_t bytes, flow_diag_t *diag)
+{
+	x->storage->copy_out(dst, src, bytes);
+	return exec_finish(x, diag);
+}
+
 flow_err_t flow_exec_tensor_upload(flow_exec_t *x, int t, const void *src,
 				   flow_diag_t *diag)
 {
-	x->storage->copy_in(x->ptr[t], src, flow_graph_tensor_bytes(x->g, t));
-	return exec_finish(x, diag);
+	return flow_exec_copy_in(x, x->ptr[t], src,
+				 flow_graph_tensor_bytes(x->g, t), diag);
 }
 
 flow_err_t flow_exec_tensor_download(flow_exec_t *x, int t, void *dst,
 				     flow_diag_t *diag)
 {
-	x->storage->copy_out(dst, x->ptr[t], flow_graph_tensor_bytes(x->g, t));
-	return exec_finish(x, diag);
+	return flow_exec_copy_out(x, dst, x->ptr[t],
+				  flow_graph_tensor_bytes(x->g, t), diag);
 }
 
 void flow_exec_set_loss_scale(flow_exec_t *x, float scale)

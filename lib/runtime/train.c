@@ -158,7 +158,7 @@ static flow_err_t trainer_build_local(flow_trainer_t *t, flow_diag_t *diag)
 	t->localized = true;
 	t->graph = t->local.graph; /* moved: the trainer's from here on */
 	flow_graph_init(&t->local.graph);
-	err = flow_exec_new(&t->graph, c->kernels, &t->exec, diag);
+	err = flow_exec_new(&t->graph, trainer_kernel_set(t), &t->exec, diag);
 	if (err == FLOW_OK && c->world)
 		err = flow_boxing_comms_new(c->world, &c->plan->mesh,
 					    &t->comms, diag);
@@ -181,8 +181,8 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 		if (err == FLOW_OK)
 			err = flow_graph_backward(&t->graph, diag);
 		if (err == FLOW_OK)
-			err = flow_exec_new(&t->graph, c->kernels, &t->exec,
-					    diag);
+			err = flow_exec_new(&t->graph, trainer_kernel_set(t),
+					    &t->exec, diag);
 	}
 	if (err == FLOW_OK)
 		err = flow_zero_new(c->plan, &t->graph,
@@ -194,6 +194,16 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 		return err;
 	t->tokens = flow_graph_find(&t->graph, "tokens");
 	t->targets = flow_graph_find(&t->graph, "targets");
+	if (!flow_exec_storage(t->exec)->host_addressable) {
+		/* The loader fills host memory; a device's batch is copied up. */
+		size_t bytes = flow_graph_tensor_bytes(&t->graph, t->tokens);
+		t->tokens_host = malloc(bytes ? bytes : 1);
+		t->targets_host = malloc(bytes ? bytes : 1);
+		if (!t->tokens_host || !t->targets_host)
+			return flow_diag_set(diag, FLOW_ERR_NOMEM,
+					     "out of memory for the batch's "
+					     "host buffers");
+	}
 	/* The gradient of the mean loss over the whole step of all ranks:
 	 * the ranks' gradients then only need summing. */
 	flow_exec_set_loss_scale(t->exec,
@@ -298,6 +308,8 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_graph_release(&t->graph);
 	flow_comm_free(t->dp_owned);
 	free(t->resumed_path);
+	free(t->tokens_host);
+	free(t->targets_host);
 	free(t);
 }
 
@@ -388,11 +400,12 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 		mib(pbytes), mib(pbytes), mib(2 * shard_elems * sizeof(float)),
 		mib(mp->arena_bytes),
 		mib(mp->unshared_bytes), mib(mp->scratch_bytes));
+	trainer_describe_device(t, out);
 	fprintf(out, "# kernels %s; model %.3g GFLOP per step",
-		c->kernels == FLOW_KERNELS_REF ? "ref" : "cpu",
-		t->flops_per_step / 1e9);
+		flow_exec_kernels(t->exec)->name, t->flops_per_step / 1e9);
 	if (c->peak_gflops > 0)
-		fprintf(out, "; peak %.1f GFLOP/s (sgemm)", c->peak_gflops);
+		fprintf(out, "; peak %.1f GFLOP/s (%s)", c->peak_gflops,
+			t->peak_source ? t->peak_source : "sgemm");
 	fputc('\n', out);
 	if (c->eval_every)
 		fprintf(out, "# eval every %" PRIu64 " steps on %" PRIu64
@@ -490,6 +503,36 @@ static flow_err_t gather_params(flow_trainer_t *t, flow_diag_t *diag)
 	return err;
 }
 
+/* The host memory the loader fills: the input tensors themselves, or
+ * their host buffers when the executor is a device's. */
+static int32_t *host_tokens(flow_trainer_t *t)
+{
+	return t->tokens_host ? t->tokens_host
+			      : flow_exec_tensor(t->exec, t->tokens);
+}
+
+static int32_t *host_targets(flow_trainer_t *t)
+{
+	return t->targets_host ? t->targets_host
+			       : flow_exec_tensor(t->exec, t->targets);
+}
+
+/* The next micro-batch of l into the input tensors, copied up to a
+ * device: flow_loader_next's result, or a device failure. */
+static int trainer_load(flow_trainer_t *t, flow_loader_t *l, flow_diag_t *diag)
+{
+	int rc = flow_loader_next(l, host_tokens(t), host_targets(t), diag);
+	flow_err_t err = FLOW_OK;
+	if (rc > 0 && t->tokens_host) {
+		err = flow_exec_tensor_upload(t->exec, t->tokens,
+					      t->tokens_host, diag);
+		if (err == FLOW_OK)
+			err = flow_exec_tensor_upload(t->exec, t->targets,
+						      t->targets_host, diag);
+	}
+	return err != FLOW_OK ? err : rc;
+}
+
 static int trainer_eval(flow_trainer_t *t, flow_train_row_t *row,
 			flow_diag_t *diag)
 {
@@ -503,10 +546,7 @@ static int trainer_eval(flow_trainer_t *t, flow_train_row_t *row,
 		return err;
 	double sum = 0.0;
 	for (uint64_t i = 0; i < c->eval_batches; i++) {
-		int rc = flow_loader_next(t->val,
-					  flow_exec_tensor(t->exec, t->tokens),
-					  flow_exec_tensor(t->exec, t->targets),
-					  diag);
+		int rc = trainer_load(t, t->val, diag);
 		if (rc < 0)
 			return rc;
 		double batch_loss;
@@ -535,12 +575,11 @@ static int trainer_eval(flow_trainer_t *t, flow_train_row_t *row,
 static flow_err_t dump_batch(flow_trainer_t *t, flow_diag_t *diag)
 {
 	size_t bytes = (size_t)t->cfg.batch * t->cfg.seq_len * sizeof(int32_t);
-	flow_err_t err = flow_atomic_file_write(
-		t->batches, flow_exec_tensor(t->exec, t->tokens), bytes, diag);
+	flow_err_t err = flow_atomic_file_write(t->batches, host_tokens(t),
+						bytes, diag);
 	if (err == FLOW_OK)
-		err = flow_atomic_file_write(
-			t->batches, flow_exec_tensor(t->exec, t->targets),
-			bytes, diag);
+		err = flow_atomic_file_write(t->batches, host_targets(t), bytes,
+					     diag);
 	return err;
 }
 
@@ -558,10 +597,7 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 	flow_exec_zero_param_grads(t->exec);
 	for (uint32_t k = 0; k < c->grad_accum; k++) {
 		double td = train_now_seconds();
-		int rc = flow_loader_next(t->train,
-					  flow_exec_tensor(t->exec, t->tokens),
-					  flow_exec_tensor(t->exec, t->targets),
-					  diag);
+		int rc = trainer_load(t, t->train, diag);
 		if (rc < 0)
 			return rc;
 		flow_exec_profile_add(t->exec, "data",

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <flow/ckpt.h>
+#include <flow/mem.h>
 #include <flow/parse.h>
 
 #include "runtime/train_internal.h"
@@ -69,6 +70,9 @@ static void run_state_build(const flow_trainer_t *t, run_state_t *s)
 	run_state_add(s, "beta2", "%.9g", (double)c->adamw.beta2);
 	run_state_add(s, "eps", "%.9g", (double)c->adamw.eps);
 	run_state_add(s, "clip", "%.9g", (double)c->clip);
+	/* "cpu" for a CUDA run too: its kernels compute what the CPU's do to
+	 * float rounding, and its checkpoint holds the same fp32 tensors, so
+	 * a run resumes on either device. */
 	run_state_add(s, "kernels", "%s",
 		      c->kernels == FLOW_KERNELS_REF ? "ref" : "cpu");
 }
@@ -111,6 +115,24 @@ static void ckpt_part(const flow_trainer_t *t, const flow_zero_param_t *zp,
 	}
 }
 
+/* A host buffer for part's elements when the executor's storage is a
+ * device's (*host_out NULL otherwise): checkpoints stream through it one
+ * tensor at a time, in the same format whatever wrote them. */
+static flow_err_t part_staging(flow_trainer_t *t, const ckpt_part_t *part,
+			       const char *name, float **host_out,
+			       flow_diag_t *diag)
+{
+	size_t bytes = (size_t)flow_box_numel(part->box) * sizeof(float);
+	*host_out = NULL;
+	if (flow_exec_storage(t->exec)->host_addressable)
+		return FLOW_OK;
+	if (!(*host_out = flow_alloc(bytes ? bytes : 1)))
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "out of memory for the %zu-byte host copy "
+				     "of '%s'", bytes, name);
+	return FLOW_OK;
+}
+
 /* Add this rank's part of parameter zp's tensor named prefix + name. */
 static flow_err_t add_part(flow_trainer_t *t, flow_ckpt_writer_t *w,
 			   const flow_zero_param_t *zp, const char *prefix,
@@ -128,7 +150,18 @@ static flow_err_t add_part(flow_trainer_t *t, flow_ckpt_writer_t *w,
 	d.shape = zp->shape;
 	memcpy(d.mesh, part.mesh, sizeof d.mesh);
 	memcpy(d.sbp, part.sbp, sizeof d.sbp);
-	return flow_ckpt_writer_add(w, &d, part.box, part.data, diag);
+	float *host = NULL;
+	flow_err_t err = part_staging(t, &part, d.name, &host, diag);
+	if (err == FLOW_OK && host)
+		err = flow_exec_copy_out(t->exec, host, part.data,
+					 (size_t)flow_box_numel(part.box) *
+						 sizeof(float),
+					 diag);
+	if (err == FLOW_OK)
+		err = flow_ckpt_writer_add(w, &d, part.box,
+					   host ? host : part.data, diag);
+	flow_free(host);
+	return err;
 }
 
 /* The ranks that write a checkpoint: every rank of the job when the graph
@@ -234,6 +267,26 @@ static flow_err_t read_param(const flow_ckpt_t *ck, const char *path,
 	return flow_ckpt_read(ck, (size_t)i, box, dst, diag);
 }
 
+/* read_param into this rank's part, through a host copy for a device. */
+static flow_err_t read_part(flow_trainer_t *t, const flow_ckpt_t *ck,
+			    const char *path, const char *name,
+			    const flow_shape_t *shape, const ckpt_part_t *part,
+			    flow_diag_t *diag)
+{
+	float *host = NULL;
+	flow_err_t err = part_staging(t, part, name, &host, diag);
+	if (err == FLOW_OK)
+		err = read_param(ck, path, name, shape, part->box,
+				 host ? host : part->data, diag);
+	if (err == FLOW_OK && host)
+		err = flow_exec_copy_in(t->exec, part->data, host,
+					(size_t)flow_box_numel(part->box) *
+						sizeof(float),
+					diag);
+	flow_free(host);
+	return err;
+}
+
 static flow_err_t state_u64(const flow_ckpt_t *ck, const char *path,
 			    const char *key, uint64_t *out, flow_diag_t *diag)
 {
@@ -308,18 +361,17 @@ flow_err_t trainer_resume(flow_trainer_t *t, flow_diag_t *diag)
 		ckpt_part_t part;
 		ckpt_part(t, zp, false, flow_exec_tensor(t->exec, zp->tensor),
 			  &part);
-		err = read_param(ck, path, pname, &zp->shape, part.box,
-				 part.data, diag);
+		err = read_part(t, ck, path, pname, &zp->shape, &part, diag);
 		ckpt_part(t, zp, true, flow_adamw_m(t->opt, zp->tensor), &part);
 		snprintf(name, sizeof name, ADAMW_M_PREFIX "%s", pname);
 		if (err == FLOW_OK)
-			err = read_param(ck, path, name, &zp->shape, part.box,
-					 part.data, diag);
+			err = read_part(t, ck, path, name, &zp->shape, &part,
+					diag);
 		ckpt_part(t, zp, true, flow_adamw_v(t->opt, zp->tensor), &part);
 		snprintf(name, sizeof name, ADAMW_V_PREFIX "%s", pname);
 		if (err == FLOW_OK)
-			err = read_param(ck, path, name, &zp->shape, part.box,
-					 part.data, diag);
+			err = read_part(t, ck, path, name, &zp->shape, &part,
+					diag);
 	}
 	/* Of split parameters only the shards were read. */
 	if (err == FLOW_OK)

@@ -7,6 +7,8 @@
 #include <time.h>
 
 #include <flow/boxing_exec.h>
+#include <flow/device.h>
+#include <flow/gpu_binding.h>
 #include <flow/file.h>
 #include <flow/loader.h>
 #include <flow/localize.h>
@@ -32,6 +34,11 @@ struct flow_trainer {
 	uint64_t data_checksum;         /* the dataset manifest's */
 	uint64_t data_vocab;
 	int tokens, targets;            /* input tensors */
+	int32_t *tokens_host, *targets_host; /* a device's batch, filled on
+					 * the host (NULL: the tensors) */
+	flow_gpu_binding_t gpu;         /* --device cuda: this rank's GPU */
+	flow_cuda_device_info_t gpu_info;
+	const char *peak_source;        /* the datasheet of the MFU peak */
 	uint64_t step;                  /* last completed step */
 	uint64_t resumed_from;          /* 0 when started fresh */
 	char *resumed_path;
@@ -60,8 +67,14 @@ static inline double train_now_seconds(void)
  * part; rank 0 commits once all have (a barrier).  FLOW_OK or the
  * checkpoint's error; nothing committed before is damaged. */
 /* Check the run's device before anything is built (train_device.c):
- * the CPU, or the CUDA module, a driver and this rank's GPU. */
+ * the CPU, or the CUDA module, a driver and this rank's GPU, made the
+ * thread's current device. */
 flow_err_t trainer_open_device(flow_trainer_t *t, flow_diag_t *diag);
+/* The "# device", "# binding" and "# device memory" lines of the
+ * preamble (nothing for a CPU run). */
+void trainer_describe_device(const flow_trainer_t *t, FILE *out);
+/* The kernel set of the run's executor: the CUDA set on a GPU. */
+flow_kernel_set_t trainer_kernel_set(const flow_trainer_t *t);
 
 flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
 			      bool grads, flow_diag_t *diag) FLOW_MUST_CHECK;

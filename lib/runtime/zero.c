@@ -152,6 +152,7 @@ flow_err_t flow_zero_new(const flow_plan_t *plan, const flow_graph_t *g,
 		if (zp->numel > largest)
 			largest = zp->numel;
 	}
+	z->largest = largest;
 	if (z->any_split && !(z->scratch = flow_calloc(largest, sizeof(float))))
 		goto nomem;
 	*zero_out = z;
@@ -171,6 +172,7 @@ void flow_zero_free(flow_zero_t *z)
 		free(z->params[i].counts);
 	free(z->params);
 	flow_free(z->scratch);
+	flow_free(z->staging);
 	free(z);
 }
 
@@ -180,6 +182,48 @@ const flow_zero_param_t *flow_zero_param(const flow_zero_t *z, int param)
 		if (z->params[i].tensor == param)
 			return &z->params[i];
 	return NULL;
+}
+
+/* ---- host staging ---------------------------------------------------------- */
+
+/* Does comm need host copies of exec's tensors?  When the executor's
+ * storage is a device's and comm is a CPU communicator. */
+static bool staged(flow_comm_t *comm, flow_exec_t *exec)
+{
+	return !flow_exec_storage(exec)->host_addressable &&
+	       flow_comm_backend(comm) == FLOW_COMM_CPU;
+}
+
+/* What comm reads of the n floats at p (first `skip` of them not
+ * needed): p itself, or when staged their copy in z->staging, copied out
+ * from p + skip. */
+static flow_err_t host_view(flow_zero_t *z, flow_comm_t *comm,
+			    flow_exec_t *exec, float *p, size_t skip, size_t n,
+			    float **view_out, flow_diag_t *diag)
+{
+	if (!staged(comm, exec)) {
+		*view_out = p;
+		return FLOW_OK;
+	}
+	if (!z->staging &&
+	    !(z->staging = flow_alloc(z->largest * sizeof(float))))
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "out of memory for a %zu-float host "
+				     "staging buffer of the gradients",
+				     z->largest);
+	*view_out = z->staging;
+	return flow_exec_copy_out(exec, z->staging + skip, p + skip,
+				  (n - skip) * sizeof(float), diag);
+}
+
+/* n floats of host memory src into p of exec's storage (a memcpy when
+ * the host addresses it). */
+static flow_err_t store(flow_exec_t *exec, float *p, const float *src,
+			size_t n, flow_diag_t *diag)
+{
+	if (p == src)
+		return FLOW_OK;
+	return flow_exec_copy_in(exec, p, src, n * sizeof(float), diag);
 }
 
 flow_err_t flow_zero_sync_grads(flow_zero_t *z, flow_comm_t *comm,
@@ -192,17 +236,24 @@ flow_err_t flow_zero_sync_grads(flow_zero_t *z, flow_comm_t *comm,
 	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
 		const flow_zero_param_t *zp = &z->params[i];
 		float *grad = flow_exec_tensor(exec, g->tensors[zp->tensor].grad);
-		if (!zp->grad_split) {
-			err = flow_all_reduce(comm, grad, grad, zp->numel,
+		float *host = NULL;
+		err = host_view(z, comm, exec, grad, 0, zp->numel, &host, diag);
+		if (err == FLOW_OK && !zp->grad_split) {
+			err = flow_all_reduce(comm, host, host, zp->numel,
 					      FLOW_DTYPE_F32, diag);
+			if (err == FLOW_OK)
+				err = store(exec, grad, host, zp->numel, diag);
 			continue;
 		}
 		/* Not in place: through the scratch into the shard. */
-		err = flow_reduce_scatter(comm, grad, z->scratch, zp->counts,
-					  FLOW_DTYPE_F32, diag);
 		if (err == FLOW_OK)
-			memcpy(grad + zp->begin, z->scratch,
-			       zp->count * sizeof(float));
+			err = flow_reduce_scatter(comm, host, z->scratch,
+						  zp->counts, FLOW_DTYPE_F32,
+						  diag);
+		if (err == FLOW_OK)
+			err = flow_exec_copy_in(exec, grad + zp->begin,
+						z->scratch,
+						zp->count * sizeof(float), diag);
 	}
 	return err;
 }
@@ -210,15 +261,16 @@ flow_err_t flow_zero_sync_grads(flow_zero_t *z, flow_comm_t *comm,
 double flow_zero_grad_sum_squares(const flow_zero_t *z, flow_exec_t *exec)
 {
 	const flow_graph_t *g = flow_exec_graph(exec);
+	const flow_kernels_t *k = flow_exec_kernels(exec);
 	double ss = 0.0;
 	for (size_t i = 0; i < z->nparams; i++) {
 		const flow_zero_param_t *zp = &z->params[i];
 		const float *grad =
 			flow_exec_tensor(exec, g->tensors[zp->tensor].grad);
 		if (zp->state_split)
-			ss += flow_cpu_sum_squares(grad + zp->begin, zp->count);
+			ss += k->sum_squares(grad + zp->begin, zp->count);
 		else if (zp->owner)
-			ss += flow_cpu_sum_squares(grad, zp->numel);
+			ss += k->sum_squares(grad, zp->numel);
 	}
 	return ss;
 }
@@ -229,10 +281,15 @@ static flow_err_t gather_param(flow_zero_t *z, const flow_zero_param_t *zp,
 			       flow_diag_t *diag)
 {
 	float *param = flow_exec_tensor(exec, zp->tensor);
-	flow_err_t err = flow_all_gather(comm, param + zp->begin, z->scratch,
-					 zp->counts, FLOW_DTYPE_F32, diag);
+	float *host = NULL;
+	flow_err_t err = host_view(z, comm, exec, param, zp->begin,
+				   zp->begin + zp->count, &host, diag);
 	if (err == FLOW_OK)
-		memcpy(param, z->scratch, zp->numel * sizeof(float));
+		err = flow_all_gather(comm, host + zp->begin, z->scratch,
+				      zp->counts, FLOW_DTYPE_F32, diag);
+	if (err == FLOW_OK)
+		err = flow_exec_copy_in(exec, param, z->scratch,
+					zp->numel * sizeof(float), diag);
 	return err;
 }
 

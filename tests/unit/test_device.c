@@ -203,6 +203,24 @@ static void test_device_every_call_repeats_the_failure(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* MFU's denominators: NVIDIA's dense datasheet figures, the variant named
+ * before the family. */
+static void test_device_peak_comes_from_the_datasheet(void **state)
+{
+	const char *source = "unset";
+	(void)state;
+	assert_true(flow_cuda_peak_gflops("NVIDIA H200", true, &source) == 989400.0);
+	assert_string_equal(source, "H200 SXM datasheet");
+	assert_true(flow_cuda_peak_gflops("NVIDIA H200", false, NULL) == 66900.0);
+	assert_true(flow_cuda_peak_gflops("NVIDIA H100 80GB HBM3", true, &source) == 989400.0);
+	assert_string_equal(source, "H100 SXM5 datasheet");
+	assert_true(flow_cuda_peak_gflops("NVIDIA H100 PCIe", true, &source) == 756000.0);
+	assert_string_equal(source, "H100 PCIe datasheet");
+	assert_true(flow_cuda_peak_gflops("NVIDIA A100-SXM4-80GB", false, NULL) == 19500.0);
+	assert_true(flow_cuda_peak_gflops("Tesla T4", true, &source) == 0.0);
+	assert_null(source);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -212,6 +230,7 @@ int main(void)
 		cmocka_unit_test(test_device_foreign_library_is_refused),
 		cmocka_unit_test(test_device_module_loads_beside_libflow),
 		cmocka_unit_test(test_device_every_call_repeats_the_failure),
+		cmocka_unit_test(test_device_peak_comes_from_the_datasheet),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,10 @@
 #include <flow/error.h>
 #include <flow/kernels_cuda.h>
 
+/* cuBLAS handles and caching allocators are per device; more devices than
+ * this in one process are reported as FLOW_ERR_RANGE. */
+#define FLOW_CUDA_MAX_DEVICES 64
+
 /* Internal functions shared between .cu files: not part of the ABI. */
 #if defined(__GNUC__)
 #define FLOW_CUDA_HIDDEN __attribute__((visibility("hidden")))

@@ -10,9 +10,6 @@
 
 #include "cuda_internal.h"
 
-/* cudaDevAttr* and cuBLAS handles are per device; more devices than this in
- * one process are reported as FLOW_ERR_RANGE. */
-#define FLOW_CUDA_MAX_DEVICES 64
 
 /* The calling thread's handles, indexed by device ordinal. */
 static thread_local cublasHandle_t tls_cublas[FLOW_CUDA_MAX_DEVICES];

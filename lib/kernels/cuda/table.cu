@@ -15,6 +15,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
+
+#include <flow/caching_alloc.h>
 
 #include "cuda_internal.h"
 
@@ -237,17 +240,69 @@ extern "C" const flow_kernels_t flow_cuda_kernels = {
 };
 
 /* ---- the executor's storage ------------------------------------------------ */
+/* Device memory comes from one caching allocator per device
+ * (flow/caching_alloc.h) over cudaMalloc: an executor allocates all its
+ * buffers when it is made, and a later one (a resumed run, an evaluation
+ * model, a test) reuses them without cudaMalloc's synchronisation.  The
+ * allocators are shared by the threads of the process, under one lock. */
+
+namespace {
+
+std::mutex alloc_lock;
+flow_caching_alloc_t *allocs[FLOW_CUDA_MAX_DEVICES];
+
+flow_err_t backend_alloc(void *ctx, size_t bytes, void **ptr_out,
+			 flow_diag_t *diag)
+{
+	(void)ctx;
+	cudaError_t e = cudaMalloc(ptr_out, bytes);
+	if (e == cudaErrorMemoryAllocation) {
+		(void)cudaGetLastError(); /* not sticky; clear it */
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "cudaMalloc: %s",
+				     cudaGetErrorString(e));
+	}
+	if (e != cudaSuccess)
+		return flow_cuda__fail(diag, e, "cudaMalloc", __FILE__, __LINE__);
+	return FLOW_OK;
+}
+
+void backend_free(void *ctx, void *ptr)
+{
+	(void)ctx;
+	(void)cudaFree(ptr);
+}
+
+const flow_alloc_backend_t backend = { "cuda", nullptr, backend_alloc,
+				       backend_free };
+
+/* The current device's allocator, made on first use; under alloc_lock. */
+flow_caching_alloc_t *device_alloc(flow_diag_t *diag)
+{
+	int dev = -1;
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 ||
+	    dev >= FLOW_CUDA_MAX_DEVICES)
+		return nullptr;
+	if (!allocs[dev] &&
+	    flow_caching_alloc_new(&backend, &allocs[dev], diag) != FLOW_OK)
+		return nullptr;
+	return allocs[dev];
+}
+
+} // namespace
 
 void *flow_cuda_storage_alloc(size_t bytes)
 {
 	void *p = nullptr;
-	/* 0 bytes must still give a unique pointer. */
-	if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess)
+	flow_diag_t diag_ = FLOW_DIAG_INIT;
+	flow_diag_t *diag = &diag_;
+	std::lock_guard<std::mutex> hold(alloc_lock);
+	flow_caching_alloc_t *a = device_alloc(diag);
+	if (!a || flow_caching_alloc_malloc(a, bytes, &p, diag) != FLOW_OK)
 		return nullptr;
 	/* Zeroed, as the storage contract says; synchronously, so no kernel
 	 * of any stream can see the memory before it is. */
-	if (cudaMemset(p, 0, bytes ? bytes : 256) != cudaSuccess) {
-		(void)cudaFree(p);
+	if (bytes && cudaMemset(p, 0, bytes) != cudaSuccess) {
+		flow_caching_alloc_release(a, p);
 		return nullptr;
 	}
 	return p;
@@ -255,11 +310,31 @@ void *flow_cuda_storage_alloc(size_t bytes)
 
 void flow_cuda_storage_free(void *ptr)
 {
-	if (ptr) {
-		/* Kernels of this thread may still use it. */
-		(void)cudaStreamSynchronize(STREAM);
-		(void)cudaFree(ptr);
-	}
+	if (!ptr)
+		return;
+	/* Kernels of this thread may still use it; once they are done it
+	 * goes back to the cache, not to the driver. */
+	(void)cudaStreamSynchronize(STREAM);
+	std::lock_guard<std::mutex> hold(alloc_lock);
+	flow_caching_alloc_t *a = device_alloc(nullptr);
+	if (a)
+		flow_caching_alloc_release(a, ptr);
+}
+
+flow_err_t flow_cuda_storage_stats(int device, flow_alloc_stats_t *stats_out,
+				   flow_diag_t *diag)
+{
+	if (device < 0 || device >= FLOW_CUDA_MAX_DEVICES)
+		return flow_diag_set(diag, FLOW_ERR_RANGE,
+				     "CUDA device %d is beyond the %d devices "
+				     "libflow supports",
+				     device, FLOW_CUDA_MAX_DEVICES);
+	std::lock_guard<std::mutex> hold(alloc_lock);
+	if (allocs[device])
+		flow_caching_alloc_stats(allocs[device], stats_out);
+	else
+		std::memset(stats_out, 0, sizeof *stats_out);
+	return FLOW_OK;
 }
 
 void flow_cuda_storage_zero(void *ptr, size_t bytes)
