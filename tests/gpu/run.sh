@@ -4,8 +4,10 @@
 #   tests/gpu/run.sh            (from anywhere; finds the source tree itself)
 #
 # Builds libflow with CUDA out of tree, runs tests/gpu/test_cuda_kernels (every
-# CUDA kernel against its CPU kernel, with timings), the CPU suite (make
-# check) and a short CPU benchmark, in under 8 minutes on 16 cores, on a
+# CUDA kernel against its CPU kernel, with timings), every NCCL collective
+# (flow-bench comm), tests/gpu/train.sh (flow-train --device cuda against the
+# CPU, resume, GPT-2 124M throughput), the CPU suite (make check) and a short
+# CPU benchmark, in under 8 minutes on 16 cores, on a
 # machine without network access, without the autotools and without some of
 # the build dependencies:
 #
@@ -38,8 +40,10 @@
 #   OUT                logs go there (otherwise $BUILD_DIR/gpu-logs): setup.log,
 #                      configure.log, build.log, gpu.log, check.log, bench.log,
 #                      summary.txt (7 files)
-#   GPU_SUITE_BUDGET   seconds for the whole run (default 300; about 90 are
-#                      needed on 16 cores); a phase gets what is left, and
+#   GPU_SUITE_BUDGET   seconds for the whole run (default 460, under the 8
+#                      minutes a GPU check may take; the build and the CPU
+#                      suite need about 90 on 16 cores, train.sh up to 240);
+#                      a phase gets what is left, and
 #                      one that would get under 5 s is not run (a failure)
 #   FLOW_GPU_DEPS      auto: use .gpu-deps for what the system lacks (default);
 #                      all: use .gpu-deps for everything and hide the system's
@@ -55,7 +59,8 @@
 #   CONFIGURE_ARGS     extra configure arguments
 #
 # Counting: the test cases of make check (scripts/count-tests.sh: cmocka cases
-# and bats cases), plus one per kernel row of test_cuda_kernels, plus one
+# and bats cases), plus one per kernel row of test_cuda_kernels, one per
+# NCCL collective and one per row of tests/gpu/train.sh, plus one
 # failure for each phase that broke without a test result (setup, configure,
 # build, a crash or timeout).  The benchmark is informational and not counted.
 # Ends with the line 'N passed, N failed'; exits 0 only when nothing failed.
@@ -65,7 +70,7 @@ set -o pipefail
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-/tmp/flow-build-gpu}
 logs=${OUT:-$build/gpu-logs}
-budget=${GPU_SUITE_BUDGET:-300}
+budget=${GPU_SUITE_BUDGET:-460}
 deps_mode=${FLOW_GPU_DEPS:-auto}
 P=${FLOW_DEPS_PREFIX:-/tmp/flow-deps}
 L=$P/usr/lib/x86_64-linux-gnu
@@ -622,6 +627,39 @@ if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
 	else
 		note "FAILED: this build has no NCCL (see configure.log)"
 		failed=$((failed + 1))
+	fi
+fi
+
+# ---- 6c. training on the GPU ---------------------------------------------------------------
+# tests/gpu/train.sh: flow-train --device cuda against the CPU (fp32, bf16,
+# data and tensor parallel on this one GPU with --comm cpu, resume bit for
+# bit, a GPU checkpoint resumed on the CPU) and GPT-2 124M's throughput;
+# one test per row.
+if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
+	t=$(cap 240)
+	if [ "$t" -lt 30 ]; then
+		note "FAILED: training on the GPU: NOT RUN: the budget is spent"
+		failed=$((failed + 1))
+	else
+		train_out=$build/train.stdout
+		rc=0
+		timeout -k 10 "$t" bash "$srcdir/tests/gpu/train.sh" "$build" "$build/gpu-train" \
+			>"$train_out" 2>>"$logs/gpu.log" || rc=$?
+		{
+			echo "######## tests/gpu/train.sh: exit $rc"
+			cat "$train_out"
+		} >>"$logs/gpu.log"
+		t_pass=$(awk -F '\t' '$2 == "yes" {n++} END {print n + 0}' "$train_out")
+		t_fail=$(awk -F '\t' '$2 == "no" {n++} END {print n + 0}' "$train_out")
+		passed=$((passed + t_pass))
+		failed=$((failed + t_fail))
+		if [ "$rc" -ne 0 ] && [ "$t_fail" -eq 0 ]; then
+			note "FAILED: tests/gpu/train.sh exit $rc without a failed row"
+			failed=$((failed + 1))
+		fi
+		note "GPU training: $t_pass passed, $t_fail failed"
+		notes="$notes$(sed 's/^/  /' "$train_out")
+"
 	fi
 fi
 
