@@ -153,36 +153,24 @@ else
 	row gpu-ckpt-on-cpu no "no GPU checkpoint"
 fi
 
-# GPT-2 124M: random GPT-2 token ids (vocabulary 50257), llm.c's token file.
+# GPT-2 124M through bench/gpu-train-vs-torch.sh: flow, and PyTorch eager
+# and torch.compile where PyTorch with CUDA is importable.  bf16 when flow
+# runs it, else fp32 (said in the row).
 B=${FLOW_GPU_BENCH_BATCH:-8}
-python3 - <<'EOF' || true
-import struct, random
-random.seed(1)
-n = 1 << 21
-with open("gpt2.bin", "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack(f"<{n}H", *(random.randrange(50257) for _ in range(n))))
-EOF
-if "$bin/flow-shard" -q -o gpt2data --vocab 50257 --val-tokens 64K gpt2.bin 2>gpt2shard.err; then
-	prec=bf16
-	run gpt2 --model gpt2-124m --batch "$B" --seq-len 1024 --steps 6 --data gpt2data \
-		--device "$dev" --precision bf16 || {
-		prec=fp32
-		run gpt2 --model gpt2-124m --batch "$B" --seq-len 1024 --steps 6 --data gpt2data \
-			--device "$dev"
-	}
-	if [ $? -eq 0 ]; then
-		# Steps after the first (which pays for the first launches).
-		stats=$(awk -F'\t' '$2 == "train" && $1 > 1 { t += $7; m += $8; n++ }
-			END { if (n) printf "%.0f tokens/s, MFU %.3f", t / n, m / n }' gpt2.tsv)
-		row gpt2-124m yes "$prec, B=$B, T=1024: $stats"
-		echo "# gpt2-124m $prec B=$B T=1024: $stats"
-		grep -E '^# (device|binding|kernels)' gpt2.tsv
-	else
-		row gpt2-124m no "$(why gpt2.err)"
-	fi
+src=$(cd "$(dirname "$0")/../.." && pwd)
+gpt2() { # PRECISION
+	FLOW_TRAIN=$bin/flow-train FLOW_SHARD=$bin/flow-shard sh "$src/bench/gpu-train-vs-torch.sh" \
+		--batch "$B" --seq-len 1024 --steps 4 --warmup-steps 2 --precision "$1" \
+		>gpt2.out 2>gpt2.err
+}
+prec=bf16
+gpt2 bf16 || { prec=fp32; gpt2 fp32; }
+if [ $? -eq 0 ]; then
+	stats=$(awk -F'\t' '$1 == "flow" { printf "%s ms/step, %s tokens/s, MFU %s", $2, $3, $4 }' gpt2.out)
+	row gpt2-124m yes "$prec, B=$B, T=1024: $stats"
+	sed -n '/^#/p; /^program/,$p' gpt2.out | sed 's/^\([^#]\)/# \1/'
 else
-	row gpt2-124m no "flow-shard: $(why gpt2shard.err)"
+	row gpt2-124m no "$(head -n 1 gpt2.err)"
 fi
 
 [ "$failed" -eq 0 ]

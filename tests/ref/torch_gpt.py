@@ -396,7 +396,7 @@ def gpt_forward(p, cfg, idx, targets=None):
     C, NH, V = cfg["dim"], cfg["heads"], cfg["vocab"]
     hs = C // NH
     x = F.embedding(idx, p["wte"]) + p["wpe"][:T]
-    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    mask = torch.ones(T, T, dtype=torch.bool, device=idx.device).triu(1)
     for i in range(cfg["layers"]):
         h = f"h.{i}."
         a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"],
@@ -476,8 +476,15 @@ def grad_norm(params):
 class Trainer:
     """The training loop of flow-train in PyTorch, from given weights."""
 
-    def __init__(self, cfg, weights, hp, dtype=torch.float32):
+    def __init__(self, cfg, weights, hp, dtype=torch.float32, device="cpu",
+                 autocast=None, compile_model=False):
+        """autocast: None, or a dtype (torch.bfloat16) the forward pass
+        runs in under torch.autocast, weights staying dtype;
+        compile_model: the forward through torch.compile."""
         self.cfg, self.hp = cfg, hp
+        self.device, self.autocast = torch.device(device), autocast
+        self.forward = torch.compile(gpt_forward) if compile_model \
+            else gpt_forward
         self.names = [n for n, _ in param_shapes(cfg)]
         self.params = {}
         for name, shape in param_shapes(cfg):
@@ -488,6 +495,7 @@ class Trainer:
                 raise ValueError(f"parameter '{name}' has shape "
                                  f"{tuple(w.shape)}, the model {shape}")
             self.params[name] = torch.tensor(w, dtype=dtype,
+                                             device=self.device,
                                              requires_grad=True)
         plist = [self.params[n] for n in self.names]
         decay = [q for q in plist if q.dim() >= 2]
@@ -508,8 +516,13 @@ class Trainer:
         K = len(micro_batches)
         total = 0.0
         for inp, tgt in micro_batches:
-            _, loss = gpt_forward(self.params, self.cfg,
-                                  torch.as_tensor(inp), torch.as_tensor(tgt))
+            inp = torch.as_tensor(inp).to(self.device)
+            tgt = torch.as_tensor(tgt).to(self.device)
+            if self.autocast is not None:
+                with torch.autocast(self.device.type, dtype=self.autocast):
+                    _, loss = self.forward(self.params, self.cfg, inp, tgt)
+            else:
+                _, loss = self.forward(self.params, self.cfg, inp, tgt)
             (loss / K).backward()
             total += loss.item()
         return total / K
@@ -615,13 +628,25 @@ def cmd_bench(a):
     """Time training steps of a freshly initialised model on random tokens:
     one line per step 'step<TAB>ms', then '# median_ms X' over the steps
     after --warmup-steps."""
-    set_deterministic(a.threads)
+    cuda = a.device == "cuda"
+    if cuda:
+        # As flow's fp32: true fp32, no TF32.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_num_threads(max(1, a.threads))
+        torch.manual_seed(0)
+    else:
+        set_deterministic(a.threads)
     cfg = parse_spec(a.model)
     hp = Hyper(steps=a.steps + a.warmup_steps, grad_accum=1)
     t0 = time.perf_counter()
-    tr = Trainer(cfg, gpt2_init(cfg, a.seed), hp)
+    tr = Trainer(cfg, gpt2_init(cfg, a.seed), hp, device=a.device,
+                 autocast=torch.bfloat16 if a.precision == "bf16" else None,
+                 compile_model=a.compile)
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, "
-          f"model {a.model}, B {a.batch}, T {a.seq_len}, init "
+          f"model {a.model}, B {a.batch}, T {a.seq_len}, device {a.device}, "
+          f"precision {a.precision}, "
+          f"{'torch.compile' if a.compile else 'eager'}, init "
           f"{(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
     g = torch.Generator()
     g.manual_seed(a.seed)
@@ -632,6 +657,8 @@ def cmd_bench(a):
                              generator=g)
         t0 = time.perf_counter()
         tr.step([(toks[:, :-1], toks[:, 1:])])
+        if cuda:
+            torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1e3
         print(f"{s}\t{ms:.3f}", flush=True)
         if s > a.warmup_steps:
@@ -883,6 +910,11 @@ def main(argv=None):
     b.add_argument("--steps", type=int, default=5)
     b.add_argument("--warmup-steps", type=int, default=1)
     b.add_argument("--seed", type=int, default=1337)
+    b.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    b.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: the forward under torch.autocast(bf16)")
+    b.add_argument("--compile", action="store_true",
+                   help="the forward through torch.compile")
     a = ap.parse_args(argv)
     return {"selftest": cmd_selftest, "train": cmd_train,
             "bench": cmd_bench}[a.cmd](a)
