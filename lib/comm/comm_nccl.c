@@ -21,6 +21,8 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
+#include <flow/gpu_binding.h>
+
 #include "comm_internal.h"
 
 typedef struct nccl_state {
@@ -138,12 +140,11 @@ typedef struct gpu_id {
 	int32_t node;
 } gpu_id_t;
 
-/* device = local rank % the devices CUDA shows, once CUDA_VISIBLE_DEVICES
- * has applied: that is the local rank when every rank sees all the node's
- * GPUs, and 0 when Slurm gives each rank one of its own (its values are
- * never read as indices: they may be UUIDs, MIG ids or renumbered).  Two
- * ranks of one node on the same GPU would reach NCCL as a hang or a crash,
- * so they are refused here, naming both. */
+/* The device by the binding rule every rank follows (flow/gpu_binding.h):
+ * the local rank when every rank sees all the node's GPUs, 0 when Slurm
+ * gives each rank one of its own, FLOW_CUDA_DEVICE when the user says.
+ * Two ranks of one node on the same GPU would reach NCCL as a hang or a
+ * crash, so they are refused here, naming both. */
 static flow_err_t pick_device(flow_comm_t *c, flow_diag_t *diag)
 {
 	const flow_world_info_t *me = flow_world_info(c->world);
@@ -156,7 +157,17 @@ static flow_err_t pick_device(flow_comm_t *c, flow_diag_t *diag)
 		err = flow_comm_fail(c, diag, FLOW_ERR_DEVICE, "no CUDA device");
 		goto out;
 	}
-	c->device = me->local_rank % n;
+	flow_gpu_binding_input_t in = { 0 };
+	flow_gpu_binding_t bound;
+	flow_gpu_binding_input_from_env(&in);
+	in.rank = me->rank;
+	in.local_rank = me->local_rank;
+	in.local_size = me->local_size;
+	in.visible_count = n;
+	in.node = me->host;
+	if ((err = flow_gpu_binding_pick(&in, &bound, diag)) != FLOW_OK)
+		goto out;
+	c->device = bound.device;
 	FLOW_CUDA_TRY_C(c, cudaSetDevice(c->device), out);
 	FLOW_CUDA_TRY_C(c, cudaDeviceGetPCIBusId(mine.bus, sizeof mine.bus,
 						 c->device),

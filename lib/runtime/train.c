@@ -67,6 +67,28 @@ static flow_err_t trainer_join_dp(flow_trainer_t *t, flow_diag_t *diag)
 	return err;
 }
 
+/* The communicator gradients and parameters move on: the dp group, or on
+ * GPUs without --comm cpu its NCCL twin, which moves device memory (the
+ * CPU group stays for the host's scalars: losses, norms). */
+static flow_err_t trainer_join_dp_device(flow_trainer_t *t, flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	flow_err_t err = FLOW_OK;
+	t->dp_data = t->dp;
+	if (c->device != FLOW_DEVICE_CUDA || c->host_comm || !t->dp ||
+	    flow_comm_size(t->dp) == 1)
+		return FLOW_OK;
+	err = flow_comm_world(flow_comm_world_of(c->world), FLOW_COMM_NCCL,
+			      &t->world_nccl, diag);
+	int dp = c->plan ? flow_mesh_axis(&c->plan->mesh, "dp") : -1;
+	if (err == FLOW_OK && dp >= 0)
+		err = flow_comm_mesh_axes(t->world_nccl, &c->plan->mesh, 1u << dp,
+					  &t->dp_nccl, diag);
+	if (err == FLOW_OK)
+		t->dp_data = t->dp_nccl ? t->dp_nccl : t->world_nccl;
+	return err;
+}
+
 /* ---- setup ------------------------------------------------------------------ */
 
 static flow_err_t trainer_open_data(flow_trainer_t *t, flow_diag_t *diag)
@@ -188,6 +210,10 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 		err = flow_zero_new(c->plan, &t->graph,
 				    t->localized ? &t->local : NULL,
 				    t->dp_rank, t->dp_size, &t->zero, diag);
+	if (err == FLOW_OK && t->world_nccl && t->zero->any_split)
+		err = flow_diag_set(diag, FLOW_ERR_NOTSUP,
+				    "ZeRO shards do not move over NCCL yet: "
+				    "pass --comm cpu");
 	if (err == FLOW_OK)
 		err = trainer_new_optimizer(t, diag);
 	if (err != FLOW_OK)
@@ -269,6 +295,8 @@ flow_err_t flow_trainer_new(const flow_train_config_t *cfg,
 	if (err == FLOW_OK)
 		err = trainer_join_dp(t, diag);
 	if (err == FLOW_OK)
+		err = trainer_join_dp_device(t, diag);
+	if (err == FLOW_OK)
 		err = trainer_split_batch(t, diag);
 	if (err == FLOW_OK)
 		err = trainer_build(t, diag);
@@ -306,6 +334,8 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_boxing_comms_free(t->comms);
 	flow_local_release(&t->local);
 	flow_graph_release(&t->graph);
+	flow_comm_free(t->dp_nccl);
+	flow_comm_free(t->world_nccl);
 	flow_comm_free(t->dp_owned);
 	free(t->resumed_path);
 	free(t->tokens_host);
@@ -496,7 +526,7 @@ static flow_err_t gather_params(flow_trainer_t *t, flow_diag_t *diag)
 	if (!t->zero->params_stale)
 		return FLOW_OK;
 	double t0 = train_now_seconds();
-	flow_err_t err = flow_zero_before_forward(t->zero, t->dp,
+	flow_err_t err = flow_zero_before_forward(t->zero, t->dp_data,
 						  t->exec, diag);
 	flow_exec_profile_add(t->exec, "param-gather",
 			      train_now_seconds() - t0, 0);
@@ -613,7 +643,7 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 	loss /= c->grad_accum;
 	double ts = train_now_seconds();
 	if ((err = loss_over_ranks(t, &loss, diag)) != FLOW_OK ||
-	    (err = flow_zero_sync_grads(t->zero, t->dp, t->exec, diag)))
+	    (err = flow_zero_sync_grads(t->zero, t->dp_data, t->exec, diag)))
 		return err;
 	if (t->dp_size > 1)
 		flow_exec_profile_add(t->exec, "grad-sync",
@@ -632,7 +662,7 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 	flow_exec_profile_add(t->exec, "optimizer",
 			      train_now_seconds() - to, 0);
 	double tg = train_now_seconds();
-	if ((err = flow_zero_after_update(t->zero, t->dp, t->exec, diag)))
+	if ((err = flow_zero_after_update(t->zero, t->dp_data, t->exec, diag)))
 		return err;
 	if (t->zero->any_split)
 		flow_exec_profile_add(t->exec, "param-gather",

@@ -109,12 +109,6 @@ flow_err_t trainer_open_device(flow_trainer_t *t, flow_diag_t *diag)
 				     "%sprecision %s is not in the CUDA "
 				     "executor yet: use --precision fp32",
 				     who, flow_precision_name(c->precision));
-	if (c->world && flow_comm_size(c->world) > 1 && !c->host_comm)
-		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
-				     "%sthe trainer does not run its "
-				     "collectives on NCCL yet: pass --comm cpu "
-				     "(collectives staged through host memory)",
-				     who);
 	return FLOW_OK;
 }
 

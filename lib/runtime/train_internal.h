@@ -29,6 +29,11 @@ struct flow_trainer {
 					 * this rank alone): cfg.world, or
 					 * dp_owned under a plan */
 	flow_comm_t *dp_owned;          /* the plan's dp group, made here */
+	flow_comm_t *dp_data;           /* what gradients and parameters move
+					 * on: dp, or dp's NCCL twin */
+	flow_comm_t *world_nccl;        /* --device cuda without --comm cpu:
+					 * the world on NCCL, and its dp axis */
+	flow_comm_t *dp_nccl;
 	flow_loader_t *train;
 	flow_loader_t *val;             /* NULL without evaluation */
 	uint64_t data_checksum;         /* the dataset manifest's */

@@ -23,6 +23,8 @@
 #  dp2-comm-cpu   --nproc 2 --comm cpu, both ranks on this one GPU, data
 #                 parallel: within 1e-4 of one GPU (the two gradient halves
 #                 are summed on the host, not in one kernel).
+#  dp2-nccl       (with two GPUs or more) the same over NCCL, one rank
+#                 per GPU.
 #  tp2, 2x2       tensor-parallel plans (tp=2, dp=2 x tp=2) with --comm cpu
 #                 on this one GPU: within 1e-4 of one GPU.
 #  resume         steps 6-10 resumed from the step-5 checkpoint equal the
@@ -111,6 +113,16 @@ if run dp2 "${TRAIN[@]}" --data data --device "$dev" --comm cpu --nproc 2; then
 	d=$(within dp2.tsv gpu.tsv 1e-4) && row dp2-comm-cpu yes "$d" || row dp2-comm-cpu no "$d"
 else
 	row dp2-comm-cpu no "$(why dp2.err)"
+fi
+
+# Over NCCL, one rank per GPU, where there are two.
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "$dev" = cuda ] && [ "${ngpu:-0}" -ge 2 ]; then
+	if run dp2nccl "${TRAIN[@]}" --data data --device cuda --nproc 2; then
+		d=$(within dp2nccl.tsv gpu.tsv 1e-4) && row dp2-nccl yes "$d" || row dp2-nccl no "$d"
+	else
+		row dp2-nccl no "$(why dp2nccl.err)"
+	fi
 fi
 
 for mesh in tp2:2:tp 2x2:2x2:dp,tp; do
