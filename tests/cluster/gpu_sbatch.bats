@@ -13,7 +13,7 @@ MODEL=gpt:layers=2,heads=2,dim=32,vocab=256,seq=32
 # The refusal's words belong to flow-train's CUDA check (lib/device/device.c,
 # tests/cli/device.bats): no device or driver, a module that does not load,
 # or a build without CUDA.
-NO_GPU_RE='flow-train: .*(no usable CUDA|CUDA module|libflow-cuda|no CUDA support)'
+NO_GPU_RE='flow-train: rank [01] \(.*\): (no usable CUDA|cannot load the CUDA module|this build of flow has no CUDA support)'
 # What a crash leaves in a job's output.
 CRASH_RE='core dumped|Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception|Traceback|AddressSanitizer|LeakSanitizer|runtime error:|terminate called'
 
@@ -75,13 +75,16 @@ show_job() {
 
 	# flow-train refused: at least one rank's line (srun -K may end the
 	# other rank before it writes its own), every line of flow-train's is
-	# that refusal, srun saw a task exit non-zero, no step was trained.
+	# that refusal naming its rank, srun saw a task end, no step was
+	# trained.
 	grep -Eq "$NO_GPU_RE" job.out || { show_job; false; }
 	if grep 'flow-train' job.out | grep -Ev "$NO_GPU_RE"; then
 		show_job
 		false
 	fi
-	grep -Eq 'tasks? [0-9,-]+: Exited with exit code 1$' job.out || { show_job; false; }
+	# srun reports the task that exited 1, or, when -K ended them all at
+	# once, all of them killed after it.
+	grep -Eq 'tasks? [0-9,-]+: (Exited with exit code 1|Killed)$' job.out || { show_job; false; }
 	run -1 grep -c $'^[0-9]*\ttrain\t' run/train.tsv
 
 	# And nothing crashed.
