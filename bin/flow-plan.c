@@ -86,6 +86,8 @@ static const char help_text[] =
 	"      --grad-accum K     micro-batches per optimizer step [1]\n"
 	"      --zero Z           ZeRO stage on dp: 0, 1 (optimizer state),\n"
 	"                         2 (and gradients), 3 (and parameters) [0]\n"
+	"      --device D         the plan says: train on cpu or cuda [unsaid: cpu]\n"
+	"      --precision P      the plan says: fp32 or bf16 [unsaid: fp32]\n"
 	"  -o, --output FILE      write the plan to FILE, atomically [stdout]\n"
 	"      --check PLAN       validate PLAN ('-': stdin), print a summary\n"
 	"      --world N          (--check) the world size the mesh must have\n"
@@ -130,6 +132,8 @@ enum {
 	OPT_SEQ_LEN,
 	OPT_GRAD_ACCUM,
 	OPT_ZERO,
+	OPT_DEVICE,
+	OPT_PRECISION,
 	OPT_WORLD,
 };
 
@@ -161,6 +165,8 @@ static const struct option long_options[] = {
 	{ "seq-len", required_argument, NULL, OPT_SEQ_LEN },
 	{ "grad-accum", required_argument, NULL, OPT_GRAD_ACCUM },
 	{ "zero", required_argument, NULL, OPT_ZERO },
+	{ "device", required_argument, NULL, OPT_DEVICE },
+	{ "precision", required_argument, NULL, OPT_PRECISION },
 	{ "output", required_argument, NULL, 'o' },
 	{ "world", required_argument, NULL, OPT_WORLD },
 	{ NULL, 0, NULL, 0 },
@@ -187,6 +193,7 @@ typedef struct plan_opts {
 	const char *axes, *output;
 	uint32_t batch, seq_len, grad_accum;
 	int zero;
+	const char *device, *precision; /* what the plan says, or NULL */
 	int64_t world;
 
 	/* Filled by validate(). */
@@ -359,6 +366,20 @@ static void parse_options(flow_tool_t *tool, plan_opts_t *o, int argc,
 			o->grad_accum = (uint32_t)flow_tool_int(
 				tool, "--grad-accum", optarg, 1, UINT32_MAX);
 			note_first(&o->model_only, "--grad-accum");
+			break;
+		case OPT_DEVICE:
+			if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
+				flow_tool_usage_error(tool, "--device: unknown device '%s' (expected cpu or cuda)",
+						      optarg);
+			o->device = optarg;
+			note_first(&o->model_only, "--device");
+			break;
+		case OPT_PRECISION:
+			if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0)
+				flow_tool_usage_error(tool, "--precision: unknown precision '%s' (expected fp32 or bf16)",
+						      optarg);
+			o->precision = optarg;
+			note_first(&o->model_only, "--precision");
 			break;
 		case OPT_ZERO:
 			o->zero = (int)flow_tool_int(tool, "--zero", optarg, 0, 3);
@@ -889,6 +910,11 @@ static int run_model(flow_tool_t *tool, const plan_opts_t *o)
 		flow_tool_usage_error(tool, "%s", flow_diag_message(&diag));
 	if (err != FLOW_OK)
 		return flow_tool_fail(tool, &diag);
+	if (o->device)
+		snprintf(plan->device, sizeof plan->device, "%s", o->device);
+	if (o->precision)
+		snprintf(plan->precision, sizeof plan->precision, "%s",
+			 o->precision);
 	if (o->output && strcmp(o->output, "-") != 0) {
 		err = write_plan_file(plan, o->output, &diag);
 	} else {

@@ -176,9 +176,36 @@ typedef struct train_opts {
 	const char *plan;         /* --plan */
 	const char *shape_option; /* --batch, --seq-len or --grad-accum given */
 	const char *comm;         /* --comm, NULL: the device's default */
+	const char *device;       /* --device, NULL: the plan's or cpu */
+	const char *precision;    /* --precision, NULL: the plan's or fp32 */
 } train_opts_t;
 
 #define MAX_COUNT ((int64_t)1 << 40)
+
+/* --device, --precision and --comm into the configuration, over what a
+ * plan said; each checked, and the three checked together. */
+static void apply_device(flow_tool_t *tool, train_opts_t *o)
+{
+	flow_train_config_t *c = &o->cfg;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	if (o->device && flow_device_kind_parse(o->device, &c->device, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "--device: %s", flow_diag_message(&diag));
+	if (o->precision && flow_precision_parse(o->precision, &c->precision, &diag) != FLOW_OK)
+		flow_tool_usage_error(tool, "--precision: %s", flow_diag_message(&diag));
+}
+
+static void check_device(flow_tool_t *tool, train_opts_t *o)
+{
+	flow_train_config_t *c = &o->cfg;
+	if (c->device == FLOW_DEVICE_CPU && c->precision != FLOW_PRECISION_FP32)
+		flow_tool_usage_error(tool, "--precision %s needs --device cuda (the CPU trains in fp32)",
+				      flow_precision_name(c->precision));
+	if (c->device == FLOW_DEVICE_CPU && o->comm && strcmp(o->comm, "nccl") == 0)
+		flow_tool_usage_error(tool, "--comm nccl needs --device cuda");
+	if (c->device == FLOW_DEVICE_CUDA && c->kernels == FLOW_KERNELS_REF)
+		flow_tool_usage_error(tool, "--kernels ref runs on the CPU: it cannot go with --device cuda");
+	c->host_comm = c->device == FLOW_DEVICE_CUDA && o->comm && strcmp(o->comm, "cpu") == 0;
+}
 
 static void parse_options(flow_tool_t *tool, train_opts_t *o, int argc,
 			  char **argv)
@@ -278,18 +305,14 @@ static void parse_options(flow_tool_t *tool, train_opts_t *o, int argc,
 				flow_tool_usage_error(tool, "--kernels: unknown kernel set '%s' (expected cpu or ref)",
 						      optarg);
 			break;
-		case OPT_DEVICE: {
-			flow_diag_t diag = FLOW_DIAG_INIT;
-			if (flow_device_kind_parse(optarg, &c->device, &diag) != FLOW_OK)
-				flow_tool_usage_error(tool, "--device: %s", flow_diag_message(&diag));
+		case OPT_DEVICE:
+			o->device = optarg;
+			apply_device(tool, o);
 			break;
-		}
-		case OPT_PRECISION: {
-			flow_diag_t diag = FLOW_DIAG_INIT;
-			if (flow_precision_parse(optarg, &c->precision, &diag) != FLOW_OK)
-				flow_tool_usage_error(tool, "--precision: %s", flow_diag_message(&diag));
+		case OPT_PRECISION:
+			o->precision = optarg;
+			apply_device(tool, o);
 			break;
-		}
 		case OPT_COMM:
 			if (strcmp(optarg, "nccl") != 0 && strcmp(optarg, "cpu") != 0)
 				flow_tool_usage_error(tool, "--comm: unknown backend '%s' (expected nccl or cpu)",
@@ -359,14 +382,8 @@ static void validate_run(flow_tool_t *tool, train_opts_t *o)
 		flow_tool_usage_error(tool, "--resume latest needs --ckpt-dir");
 	if (c->lr.min_lr > c->lr.lr)
 		flow_tool_usage_error(tool, "--min-lr %g is above --lr %g", c->lr.min_lr, c->lr.lr);
-	if (c->device == FLOW_DEVICE_CPU && c->precision != FLOW_PRECISION_FP32)
-		flow_tool_usage_error(tool, "--precision %s needs --device cuda (the CPU trains in fp32)",
-				      flow_precision_name(c->precision));
-	if (c->device == FLOW_DEVICE_CPU && o->comm && strcmp(o->comm, "nccl") == 0)
-		flow_tool_usage_error(tool, "--comm nccl needs --device cuda");
-	c->host_comm = c->device == FLOW_DEVICE_CUDA && o->comm && strcmp(o->comm, "cpu") == 0;
-	if (c->device == FLOW_DEVICE_CUDA && c->kernels == FLOW_KERNELS_REF)
-		flow_tool_usage_error(tool, "--kernels ref runs on the CPU: it cannot go with --device cuda");
+	if (!o->plan) /* else once the plan has said its device */
+		check_device(tool, o);
 	if (c->lr.warmup > c->steps)
 		flow_tool_usage_error(tool, "--warmup %" PRIu64 " is longer than --steps %" PRIu64,
 				      c->lr.warmup, c->steps);
@@ -460,6 +477,10 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 	c->world = world_comm;
 	if (plan && flow_train_config_set_plan(c, plan, &diag) != FLOW_OK)
 		goto fail;
+	if (plan) { /* the command line over the plan */
+		apply_device(tool, o);
+		check_device(tool, o);
+	}
 	if (!o->peak_given) /* a GPU's comes from its datasheet */
 		c->peak_gflops = c->device == FLOW_DEVICE_CPU ? measure_peak() : -1.0;
 	if (flow_trainer_new(c, &t, &diag) != FLOW_OK)

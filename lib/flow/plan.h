@@ -75,12 +75,18 @@ typedef struct flow_plan {
 	uint32_t grad_accum;  /* micro-batches per optimizer step, K */
 	int zero;             /* ZeRO stage 0-3, on the axis named "dp" */
 	char recompute[16];   /* "none" */
+	/* Optional records: where the plan trains and in what precision,
+	 * flow-train's defaults for --device and --precision; "" when the
+	 * plan does not say. */
+	char device[8];       /* "cpu", "cuda" */
+	char precision[8];    /* "fp32", "bf16" */
 	size_t nstages, nops, ntensors;
 	flow_plan_stage_t *stages;
 	flow_plan_op_t *ops;            /* training graph order */
 	flow_plan_tensor_t *tensors;    /* graph order, then adamw.m, adamw.v */
 	size_t line_model, line_mesh, line_batch, line_seq_len,
-	       line_grad_accum, line_zero, line_recompute;
+	       line_grad_accum, line_zero, line_recompute, line_device,
+	       line_precision; /* 0: absent */
 	size_t last_line;               /* lines in the text */
 } flow_plan_t;
 

@@ -104,7 +104,8 @@ FLOW_EXPORT void flow_train_config_init(flow_train_config_t *cfg);
 
 /* Follow plan: check it against the world (cfg->world's size, 1 without
  * one: set cfg->world first) with flow_plan_check, then take the model,
- * batch, seq_len and grad_accum from it and keep it in cfg->plan.
+ * batch, seq_len and grad_accum from it, and its device and precision
+ * when it names them, and keep it in cfg->plan.
  * FLOW_OK; else flow_plan_check's error, FLOW_ERR_FORMAT
  * "PATH:LINE: ..." naming the plan's line (for a plan of another world
  * size, its mesh line), or FLOW_ERR_NOMEM, and cfg is unchanged.  plan

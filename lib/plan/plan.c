@@ -332,6 +332,38 @@ static flow_err_t parse_version(flow_textrec_t *r)
 	return FLOW_OK;
 }
 
+/* The optional "device D" and "precision P" records, after the header
+ * and before the stages, each at most once. */
+static flow_err_t parse_option(flow_textrec_t *r, flow_plan_t *p,
+			       int next_header, bool body_started)
+{
+	bool device = strcmp(r->fields[0], "device") == 0;
+	char *dst = device ? p->device : p->precision;
+	size_t *line = device ? &p->line_device : &p->line_precision;
+	const char *a = device ? "cpu" : "fp32", *b = device ? "cuda" : "bf16";
+	flow_err_t err;
+
+	if (next_header < H_COUNT)
+		return flow_textrec_error(r, "expected '%s', got '%s'",
+					  header_keys[next_header],
+					  r->fields[0]);
+	if (body_started)
+		return flow_textrec_error(r, "'%s' must come before the "
+					  "stages, ops and tensors",
+					  r->fields[0]);
+	if (*line)
+		return flow_textrec_error(r, "duplicate '%s'", r->fields[0]);
+	if ((err = flow_textrec_expect_fields(r, 2, device ? "device cpu|cuda"
+							   : "precision fp32|bf16")))
+		return err;
+	if (strcmp(r->fields[1], a) != 0 && strcmp(r->fields[1], b) != 0)
+		return flow_textrec_error(r, "unknown %s '%s' (expected %s or %s)",
+					  r->fields[0], r->fields[1], a, b);
+	snprintf(dst, sizeof p->device, "%s", r->fields[1]);
+	*line = r->line;
+	return FLOW_OK;
+}
+
 static flow_err_t parse_record(flow_textrec_t *r, flow_plan_t *p,
 			       plan_caps_t *c, int *next_header)
 {
@@ -348,6 +380,9 @@ static flow_err_t parse_record(flow_textrec_t *r, flow_plan_t *p,
 		(*next_header)++;
 		return parse_header(r, p, h);
 	}
+	if (strcmp(key, "device") == 0 || strcmp(key, "precision") == 0)
+		return parse_option(r, p, *next_header,
+				    p->nstages || p->nops || p->ntensors);
 	if (strcmp(key, "stage") != 0 && strcmp(key, "op") != 0 &&
 	    strcmp(key, "tensor") != 0)
 		return flow_textrec_error(r, "unknown keyword '%s'", key);
@@ -472,6 +507,10 @@ flow_err_t flow_plan_write(const flow_plan_t *p, FILE *out, flow_diag_t *diag)
 		"\nseq-len %" PRIu32 "\ngrad-accum %" PRIu32 "\nzero %d\n"
 		"recompute %s\n", FLOW_PLAN_VERSION, p->model, mesh, p->batch,
 		p->seq_len, p->grad_accum, p->zero, p->recompute);
+	if (p->device[0])
+		fprintf(out, "device %s\n", p->device);
+	if (p->precision[0])
+		fprintf(out, "precision %s\n", p->precision);
 	for (size_t i = 0; i < p->nstages; i++)
 		fprintf(out, "stage %s %d\n", p->stages[i].name,
 			p->stages[i].stage);
@@ -507,6 +546,8 @@ void plan_assign_lines(flow_plan_t *p)
 
 	for (int h = 0; h < H_COUNT; h++)
 		*hdr[h] = ++line;
+	p->line_device = p->device[0] ? ++line : 0;
+	p->line_precision = p->precision[0] ? ++line : 0;
 	for (size_t i = 0; i < p->nstages; i++)
 		p->stages[i].line = ++line;
 	for (size_t i = 0; i < p->nops; i++)

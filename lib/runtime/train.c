@@ -44,6 +44,14 @@ flow_err_t flow_train_config_set_plan(flow_train_config_t *cfg,
 	cfg->batch = plan->batch;
 	cfg->seq_len = plan->seq_len;
 	cfg->grad_accum = plan->grad_accum;
+	/* The parser took only these words. */
+	if (plan->device[0])
+		cfg->device = strcmp(plan->device, "cuda") == 0 ? FLOW_DEVICE_CUDA
+							      : FLOW_DEVICE_CPU;
+	if (plan->precision[0])
+		cfg->precision = strcmp(plan->precision, "bf16") == 0
+					 ? FLOW_PRECISION_BF16
+					 : FLOW_PRECISION_FP32;
 	cfg->plan = plan;
 	return FLOW_OK;
 }

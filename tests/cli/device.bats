@@ -105,3 +105,23 @@ real_binary() {
 	run -0 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --device cpu --comm cpu --precision fp32
 	tsv_rows "$output" | grep -q '^1	train	'
 }
+
+@test "a plan can say its device and precision, and the command line overrides them" {
+	run -0 flow-plan --model "$MODEL" --mesh 1 --axes dp --batch 2 --seq-len 16 \
+		--device cuda --precision bf16 -o cuda.plan
+	grep -qx 'device cuda' cuda.plan
+	grep -qx 'precision bf16' cuda.plan
+	run -2 --separate-stderr flow-plan --model "$MODEL" --mesh 1 --axes dp --batch 2 --device gpu
+	assert_usage_error flow-plan "--device: unknown device 'gpu' (expected cpu or cuda)"
+	if ! has_gpu; then
+		run -1 --separate-stderr flow-train --plan cuda.plan --data "$DATA" --steps 1 --peak-gflops 0
+		[ "${#stderr_lines[@]}" -eq 1 ]
+		[[ ${stderr_lines[0]} =~ ^flow-train:\ (no\ usable\ CUDA|this\ build\ of\ flow\ has\ no\ CUDA) ]]
+	fi
+	# bf16 from the plan with the CPU from the command line: refused.
+	run -2 --separate-stderr flow-train --plan cuda.plan --data "$DATA" --steps 1 --device cpu
+	assert_usage_error flow-train "--precision bf16 needs --device cuda (the CPU trains in fp32)"
+	run -0 --separate-stderr flow-train --plan cuda.plan --data "$DATA" --steps 1 --peak-gflops 0 \
+		--device cpu --precision fp32
+	tsv_rows "$output" | grep -q '^1	train	'
+}

@@ -72,6 +72,39 @@ static void test_plan_role_names(void **state)
 	assert_null(flow_plan_role_name(-1));
 }
 
+/* The optional device and precision records: absent by default (nothing
+ * printed), printed after the header when set, parsed back with their
+ * lines. */
+static void test_plan_device_and_precision_round_trip(void **state)
+{
+	(void)state;
+	flow_plan_t *p = planutil_standard(PLANUTIL_SMALL, "2", "dp", 4, 0), *q;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	size_t n1, n2;
+	char *t1 = planutil_text(p, &n1), *t2;
+
+	assert_string_equal(p->device, "");
+	assert_null(strstr(t1, "\ndevice "));
+	free(t1);
+	snprintf(p->device, sizeof p->device, "cuda");
+	snprintf(p->precision, sizeof p->precision, "bf16");
+	t1 = planutil_text(p, &n1);
+	assert_non_null(strstr(t1, "recompute none\ndevice cuda\nprecision bf16\n"));
+	if (flow_plan_parse(t1, n1, "x.plan", &q, &diag))
+		fail_msg("%s", diag.msg);
+	assert_string_equal(q->device, "cuda");
+	assert_string_equal(q->precision, "bf16");
+	assert_int_equal(q->line_device, 9);
+	assert_int_equal(q->line_precision, 10);
+	t2 = planutil_text(q, &n2);
+	assert_int_equal(n1, n2);
+	assert_memory_equal(t1, t2, n1);
+	free(t1);
+	free(t2);
+	flow_plan_free(p);
+	flow_plan_free(q);
+}
+
 static void test_plan_parse_errors_name_the_line(void **state)
 {
 	(void)state;
@@ -94,6 +127,16 @@ static void test_plan_parse_errors_name_the_line(void **state)
 		  "t.plan:42: unknown role 'weight'" },
 		{ "tensor wpe param (B,B)", "tensor wpe param (B,Q)",
 		  "t.plan:42: nd-SBP '(B,Q)': expected S(k), B or P at 'Q'" },
+		{ "zero 0\n", "zero 0\ndevice cuda\n",
+		  "t.plan:8: expected 'recompute', got 'device'" },
+		{ "recompute none\n", "recompute none\ndevice gpu\n",
+		  "t.plan:9: unknown device 'gpu' (expected cpu or cuda)" },
+		{ "recompute none\n", "recompute none\nprecision fp16\n",
+		  "t.plan:9: unknown precision 'fp16' (expected fp32 or bf16)" },
+		{ "recompute none\n", "recompute none\ndevice cuda\ndevice cpu\n",
+		  "t.plan:10: duplicate 'device'" },
+		{ "tensor wpe param (B,B)\n", "tensor wpe param (B,B)\nprecision bf16\n",
+		  "t.plan:43: 'precision' must come before the stages, ops and tensors" },
 	};
 	flow_plan_t *p = planutil_standard(PLANUTIL_SMALL, "2x2", "dp,tp", 4, 0);
 	size_t n;
@@ -152,6 +195,7 @@ int main(void)
 		cmocka_unit_test(test_plan_print_parse_print_is_identical),
 		cmocka_unit_test(test_plan_release_accepts_released_and_null_plans),
 		cmocka_unit_test(test_plan_role_names),
+		cmocka_unit_test(test_plan_device_and_precision_round_trip),
 		cmocka_unit_test(test_plan_parse_errors_name_the_line),
 		cmocka_unit_test(test_plan_parse_names_what_a_short_text_misses),
 		cmocka_unit_test(test_plan_read_names_the_file),
