@@ -130,14 +130,6 @@ echo "# torch: $("$python" -c 'import torch; print(torch.__version__)')"
 echo "# env for both: OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=$OMP_WAIT_POLICY OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-}"
 echo "# threads $threads, steps $steps timed after $warmup warm-up, rounds $rounds"
 
-# median FILE: the median of the numbers in FILE, one per line.
-median() {
-	sort -g "$1" | awk '{ v[NR] = $1 } END {
-		if (NR == 0) { print "nan"; exit }
-		if (NR % 2) print v[(NR + 1) / 2]
-		else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
 total=$((steps + warmup))
 results=$tmp/results
 : >"$results"

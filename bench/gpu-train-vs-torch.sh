@@ -84,14 +84,6 @@ with open(sys.argv[1], "wb") as f:
 EOF
 "$flow_shard" -q --vocab 50257 --val-tokens 64K -o "$tmp/data" "$tmp/tokens.bin"
 
-# median: of the numbers on standard input, one per line.
-median() {
-	sort -g | awk '{ v[NR] = $1 } END {
-		if (NR == 0) { print "nan"; exit }
-		if (NR % 2) print v[(NR + 1) / 2]
-		else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
 total=$((steps + warmup))
 if ! "$flow_train" --model "$model" --batch "$batch" --seq-len "$seq" --steps "$total" \
 	--data "$tmp/data" --device cuda --precision "$precision" >"$tmp/flow.tsv" 2>"$tmp/flow.err"; then

@@ -82,7 +82,8 @@ static const char help_text[] =
 	"      --profile          time every op; print the profile on stderr at the end\n"
 	"      --peak-gflops X    the MFU ceiling [measured: sgemm 1024^3 at start];\n"
 	"                         0: no MFU\n"
-	"      --kernels K        cpu, or ref: the naive reference kernels [cpu]\n"
+	"      --kernels K        cpu; ref: the naive reference kernels; staged:\n"
+	"                         the CPU's through the GPU's copies (testing) [cpu]\n"
 	"      --dump-batches F   write every micro-batch's tokens to F (int32)\n"
 	"      --dump-grads DIR   write the first step's gradients (before\n"
 	"                         clipping) as a checkpoint directory DIR\n"
@@ -202,8 +203,9 @@ static void check_device(flow_tool_t *tool, train_opts_t *o)
 				      flow_precision_name(c->precision));
 	if (c->device == FLOW_DEVICE_CPU && o->comm && strcmp(o->comm, "nccl") == 0)
 		flow_tool_usage_error(tool, "--comm nccl needs --device cuda");
-	if (c->device == FLOW_DEVICE_CUDA && c->kernels == FLOW_KERNELS_REF)
-		flow_tool_usage_error(tool, "--kernels ref runs on the CPU: it cannot go with --device cuda");
+	if (c->device == FLOW_DEVICE_CUDA && c->kernels != FLOW_KERNELS_CPU)
+		flow_tool_usage_error(tool, "--kernels %s runs on the CPU: it cannot go with --device cuda",
+				      c->kernels == FLOW_KERNELS_REF ? "ref" : "staged");
 	c->host_comm = c->device == FLOW_DEVICE_CUDA && o->comm && strcmp(o->comm, "cpu") == 0;
 }
 
@@ -301,8 +303,10 @@ static void parse_options(flow_tool_t *tool, train_opts_t *o, int argc,
 				c->kernels = FLOW_KERNELS_CPU;
 			else if (strcmp(optarg, "ref") == 0)
 				c->kernels = FLOW_KERNELS_REF;
+			else if (strcmp(optarg, "staged") == 0)
+				c->kernels = FLOW_KERNELS_STAGED;
 			else
-				flow_tool_usage_error(tool, "--kernels: unknown kernel set '%s' (expected cpu or ref)",
+				flow_tool_usage_error(tool, "--kernels: unknown kernel set '%s' (expected cpu, ref or staged)",
 						      optarg);
 			break;
 		case OPT_DEVICE:

@@ -31,6 +31,8 @@ typedef enum {
 			       * and rounded once (gradient checks) */
 	FLOW_KERNELS_CUDA = 2, /* the CUDA module's set (flow/device.h), on the
 				* calling thread's current device */
+	FLOW_KERNELS_STAGED = 3, /* the CPU set over flow_exec_storage_staged:
+				  * the device paths, tested without a GPU */
 } flow_kernel_set_t;
 
 typedef struct flow_exec flow_exec_t;
@@ -65,15 +67,22 @@ typedef struct flow_exec_storage {
 } flow_exec_storage_t;
 
 /* Host memory: flow_calloc, flow_free (flow/mem.h) and memset.  The
- * storage of both kernel sets. */
+ * storage of the CPU and reference sets. */
 FLOW_EXPORT extern const flow_exec_storage_t flow_exec_storage_host;
+/* The same memory, but saying the host cannot address it
+ * (host_addressable false), so that everything the host gives or takes
+ * goes through copy_in and copy_out as it does for a GPU: the storage of
+ * FLOW_KERNELS_STAGED, which runs every device path of the executor, the
+ * optimizer and the trainer on the CPU, and must give the CPU's bits. */
+FLOW_EXPORT extern const flow_exec_storage_t flow_exec_storage_staged;
 
 /* Plan memory for g (which must be valid and differentiated, or forward
  * only) and allocate every buffer; parameters are zero until
  * flow_exec_init_params.  FLOW_KERNELS_CUDA loads the CUDA module and
  * runs on the calling thread's current device: FLOW_ERR_NOTSUP with
- * flow_cuda_open's line where that cannot be; not for a localized graph
- * yet (its boxing runs on host memory).  Free with flow_exec_free(). */
+ * flow_cuda_open's line where that cannot be.  A localized graph's
+ * boxing and split ops run on host memory, on a device through host
+ * copies of their tensors.  Free with flow_exec_free(). */
 FLOW_EXPORT flow_err_t flow_exec_new(const flow_graph_t *g,
 				     flow_kernel_set_t kernels,
 				     flow_exec_t **exec_out,

@@ -44,6 +44,10 @@ static flow_err_t exec_device(flow_exec_t *x, flow_kernel_set_t set,
 		x->kernels = &flow_ref_kernels;
 		x->storage = &flow_exec_storage_host;
 		return FLOW_OK;
+	case FLOW_KERNELS_STAGED:
+		x->kernels = &flow_cpu_kernels;
+		x->storage = &flow_exec_storage_staged;
+		return FLOW_OK;
 	case FLOW_KERNELS_CUDA:
 		if ((err = flow_cuda_open(diag)) != FLOW_OK ||
 		    (err = flow_cuda_module_get(&cuda, diag)) != FLOW_OK)
@@ -69,14 +73,6 @@ static flow_err_t exec_finish(flow_exec_t *x, flow_diag_t *diag)
 	return FLOW_OK;
 }
 
-/* Does g have ops that exec_dist.c runs (on host memory, for now)? */
-static bool exec_graph_is_distributed(const flow_graph_t *g)
-{
-	for (size_t i = 0; i < g->nops; i++)
-		if (g->ops[i].attrs.split_axes || g->ops[i].kind == FLOW_OP_BOXING)
-			return true;
-	return false;
-}
 
 /* ---- setup ------------------------------------------------------------------ */
 
@@ -317,14 +313,6 @@ flow_err_t flow_exec_new(const flow_graph_t *g, flow_kernel_set_t kernels,
 	x->g = g;
 	if ((err = exec_device(x, kernels, diag)) != FLOW_OK)
 		goto out_free_exec;
-	if (!x->storage->host_addressable && exec_graph_is_distributed(g)) {
-		err = flow_diag_set(diag, FLOW_ERR_NOTSUP,
-				    "a graph of shards (tensor-parallel "
-				    "boxing and split ops) does not run on the "
-				    "%s kernels yet",
-				    x->kernels->name);
-		goto out_free_exec;
-	}
 	x->loss_scale = default_loss_scale(g);
 	for (int k = 0; k < FLOW_OP_KIND_COUNT; k++)
 		snprintf(x->profile[k].name, sizeof(x->profile[k].name), "%s",
@@ -360,7 +348,7 @@ void flow_exec_free(flow_exec_t *x)
 	free(x->ops);
 	free(x->ptr);
 	flow_memplan_release(&x->plan);
-	x->storage->free(x->dist_scratch);
+	flow_free(x->dist_scratch);
 	free(x);
 }
 
@@ -539,14 +527,15 @@ void flow_exec_zero_param_grads(flow_exec_t *x)
 
 /* ---- running ---------------------------------------------------------------------- */
 
-static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o)
+static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o,
+			      const flow_graph_op_t *op)
 {
 	const flow_kernels_t *k = x->kernels;
 	const size_t *d = o->dim;
 	void *const *in = o->in, *const *out = o->out;
 
 	if (o->attrs->split_axes || o->kind == FLOW_OP_BOXING)
-		return flow_exec_dist_kernel(x, o);
+		return flow_exec_dist_op(x, o, op);
 	switch (o->kind) {
 	case FLOW_OP_EMBEDDING:
 		k->embedding_forward(out[0], in[0], in[1], in[2], d[DIM_B],
@@ -635,7 +624,7 @@ static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 
 		for (size_t z = o->zero_first; z < o->zero_first + o->nzero; z++)
 			x->storage->zero(x->zeros[z].ptr, x->zeros[z].bytes);
-		x->err = exec_kernel(x, o);
+		x->err = exec_kernel(x, o, &x->g->ops[i]);
 		if (x->profiling) {
 			flow_profile_row_t *row = &x->profile[o->kind];
 			row->seconds += now_seconds() - t0;

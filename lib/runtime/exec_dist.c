@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <flow/comm.h>
+#include <flow/mem.h>
 
 #include "exec_internal.h"
 
@@ -51,13 +52,15 @@ static void embedding_rows_backward(float *dwte, float *dwpe,
 			dwpe[(bt % T) * C + c] += dout[bt * C + c];
 }
 
+/* Host memory: these ops run on the host, on a device executor's staged
+ * copies too. */
 static float *dist_scratch(flow_exec_t *x, size_t n)
 {
 	if (n > x->dist_scratch_n) {
-		float *p = x->storage->alloc(n * sizeof(float));
+		float *p = flow_alloc(n * sizeof(float));
 		if (!p)
 			return NULL;
-		x->storage->free(x->dist_scratch);
+		flow_free(x->dist_scratch);
 		x->dist_scratch = p;
 		x->dist_scratch_n = n;
 	}
@@ -135,6 +138,68 @@ static flow_err_t ce_split(flow_exec_t *x, const exec_op_t *o,
 		}
 	}
 	return FLOW_OK;
+}
+
+/* Op o (graph op op) of a device executor, on host copies of every tensor
+ * it touches: copied out, run as on the host, all copied back (an op may
+ * write an input in place: the cross-entropy's logits).  Slots naming the
+ * same tensor share one copy.  What a CPU communicator needs (flow-train
+ * --comm cpu on a GPU), at the price of the copies. */
+static flow_err_t dist_staged(flow_exec_t *x, const exec_op_t *o,
+			      const flow_graph_op_t *op)
+{
+	enum { SLOTS = 2 * FLOW_OP_MAX_IO };
+	exec_op_t h = *o;
+	const void *dev[SLOTS];
+	void *host[SLOTS];
+	size_t bytes[SLOTS];
+	int n = 0;
+	flow_err_t err = FLOW_OK;
+
+	for (int k = 0; k < op->nin + op->nout; k++) {
+		bool is_in = k < op->nin;
+		int t = is_in ? op->in[k] : op->out[k - op->nin];
+		void **slot = is_in ? &h.in[k] : &h.out[k - op->nin];
+		if (t < 0 || !*slot)
+			continue;
+		int same = -1;
+		for (int j = 0; j < n; j++)
+			if (dev[j] == *slot)
+				same = j;
+		if (same >= 0) {
+			*slot = host[same];
+			continue;
+		}
+		bytes[n] = flow_graph_tensor_bytes(x->g, t);
+		dev[n] = *slot;
+		if (!(host[n] = flow_alloc(bytes[n]))) {
+			err = flow_diag_set(&x->diag, FLOW_ERR_NOMEM,
+					    "out of memory for the %zu-byte host "
+					    "copy of '%s'",
+					    bytes[n], x->g->tensors[t].name);
+			break;
+		}
+		x->storage->copy_out(host[n], dev[n], bytes[n]);
+		*slot = host[n++];
+	}
+	if (err == FLOW_OK && x->kernels->last)
+		err = x->kernels->last(&x->diag);
+	if (err == FLOW_OK)
+		err = flow_exec_dist_kernel(x, &h);
+	for (int j = 0; j < n && err == FLOW_OK; j++)
+		x->storage->copy_in((void *)dev[j], host[j], bytes[j]);
+	if (err == FLOW_OK && x->kernels->last)
+		err = x->kernels->last(&x->diag);
+	for (int j = 0; j < n; j++)
+		flow_free(host[j]);
+	return err;
+}
+
+flow_err_t flow_exec_dist_op(flow_exec_t *x, const exec_op_t *o,
+			     const flow_graph_op_t *op)
+{
+	return x->storage->host_addressable ? flow_exec_dist_kernel(x, o)
+					    : dist_staged(x, o, op);
 }
 
 flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o)

@@ -77,5 +77,9 @@ struct flow_exec {
  * FLOW_OK, or the error with its message in x->diag. */
 flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o)
 	FLOW_MUST_CHECK;
+/* The same for any storage: on a device's, run on host copies of the
+ * op's tensors (op is o's graph op). */
+flow_err_t flow_exec_dist_op(flow_exec_t *x, const exec_op_t *o,
+			     const flow_graph_op_t *op) FLOW_MUST_CHECK;
 
 #endif

@@ -1,6 +1,6 @@
-/* The executor's storage in host memory (flow/exec.h,
- * flow_exec_storage_host): the storage of the CPU and reference kernel
- * sets, over flow/mem.h's aligned allocation. */
+/* The executor's storages in host memory (flow/exec.h): the host's, of
+ * the CPU and reference kernel sets, and the staged one that plays a
+ * device, over flow/mem.h's aligned allocation. */
 #include <config.h>
 
 #include <string.h>
@@ -27,6 +27,16 @@ static void host_copy(void *dst, const void *src, size_t bytes)
 const flow_exec_storage_t flow_exec_storage_host = {
 	.name = "host",
 	.host_addressable = true,
+	.alloc = host_alloc,
+	.free = flow_free,
+	.zero = host_zero,
+	.copy_in = host_copy,
+	.copy_out = host_copy,
+};
+
+const flow_exec_storage_t flow_exec_storage_staged = {
+	.name = "staged",
+	.host_addressable = false,
 	.alloc = host_alloc,
 	.free = flow_free,
 	.zero = host_zero,

@@ -353,6 +353,26 @@ kill_and_resume() {
 	grep -q '^tensor wte f32 (256,32) 2x2 (B,S(0))$' ck-mesh22/step-00000020/manifest
 }
 
+# --kernels staged: the CPU kernels through every copy a GPU run makes
+# (flow/exec.h, flow_exec_storage_staged): ZeRO's and the boxing's host
+# staging give the CPU run's bits.
+@test "the GPU's staging paths on the CPU: ZeRO 3 on 2 ranks and a 2x2 mesh give --kernels cpu's bits" {
+	for mesh in zero3:2:"--mesh 2 --axes dp --zero 3" mesh22:4:"--mesh 2x2 --axes dp,tp"; do
+		name=${mesh%%:*} rest=${mesh#*:}
+		n=${rest%%:*} args=${rest#*:}
+		# shellcheck disable=SC2086
+		flow-plan --model "$MODEL" --batch 4 --seq-len 32 --grad-accum 2 $args >"$name.plan"
+		for k in cpu staged; do
+			run -0 --separate-stderr flow-train --nproc "$n" --plan "$name.plan" "${RUN[@]}" \
+				--steps 6 --data "$DATA" --kernels "$k" --ckpt-dir "ck-$name-$k" --ckpt-every 3
+			printf '%s\n' "$output" | numbers /dev/stdin >"$name-$k.rows"
+		done
+		[ "$(wc -l <"$name-cpu.rows")" -eq 6 ]
+		cmp "$name-cpu.rows" "$name-staged.rows"
+		cmp "ck-$name-cpu/step-00000006/rank-00000.bin" "ck-$name-staged/step-00000006/rank-00000.bin"
+	done
+}
+
 @test "tensor parallel on 3 ranks: dimensions the mesh does not divide" {
 	# 256 vocabulary rows, 128 MLP rows and 32 columns over 3 ranks.
 	plan_run tp3 3 4 --mesh 3 --axes tp

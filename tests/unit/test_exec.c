@@ -196,19 +196,27 @@ static void exec_by_hand(flow_kernel_set_t set, const flow_kernels_t *k,
 
 /* A tensor goes up and comes back through the storage's copies, and the
  * host storage says the host may address it. */
-static void test_exec_tensor_upload_download_round_trip(void **state)
+/* x -> matmul, forward only, into g; returns x. */
+static int one_matmul(flow_graph_t *g)
 {
 	flow_init_t normal = { FLOW_INIT_NORMAL, 0.5f, 0 };
+
+	flow_graph_init(g);
+	int x = graphutil_tensor(g, "x", FLOW_ROLE_INPUT, FLOW_DTYPE_F32, 2,
+				 DIMS(DN, DIN));
+	int w = INIT_PARAM(g, "w", normal, DOUT, DIN);
+	OP(g, FLOW_OP_MATMUL, "fc", x, w, -1);
+	return x;
+}
+
+static void test_exec_tensor_upload_download_round_trip(void **state)
+{
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_graph_t g;
 	float in[DN * DIN], out[DN * DIN];
 
 	(void)state;
-	flow_graph_init(&g);
-	int x = graphutil_tensor(&g, "x", FLOW_ROLE_INPUT, FLOW_DTYPE_F32, 2,
-				 DIMS(DN, DIN));
-	int w = INIT_PARAM(&g, "w", normal, DOUT, DIN);
-	OP(&g, FLOW_OP_MATMUL, "fc", x, w, -1);
+	int x = one_matmul(&g);
 	flow_exec_t *e = exec_new(&g, FLOW_KERNELS_CPU);
 	assert_true(flow_exec_storage(e)->host_addressable);
 	assert_ptr_equal(flow_exec_kernels(e), &flow_cpu_kernels);
@@ -227,7 +235,6 @@ static void test_exec_tensor_upload_download_round_trip(void **state)
  * and no executor. */
 static void test_exec_cuda_without_a_gpu_is_one_line(void **state)
 {
-	flow_init_t normal = { FLOW_INIT_NORMAL, 0.5f, 0 };
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_graph_t g;
 	flow_exec_t *e = NULL;
@@ -235,11 +242,7 @@ static void test_exec_cuda_without_a_gpu_is_one_line(void **state)
 	(void)state;
 	if (access("/dev/nvidia0", F_OK) == 0)
 		skip(); /* tests/gpu/run.sh runs the CUDA executor */
-	flow_graph_init(&g);
-	int x = graphutil_tensor(&g, "x", FLOW_ROLE_INPUT, FLOW_DTYPE_F32, 2,
-				 DIMS(DN, DIN));
-	int w = INIT_PARAM(&g, "w", normal, DOUT, DIN);
-	OP(&g, FLOW_OP_MATMUL, "fc", x, w, -1);
+	(void)one_matmul(&g);
 	assert_int_equal(flow_exec_new(&g, FLOW_KERNELS_CUDA, &e, &diag),
 			 FLOW_ERR_NOTSUP);
 	assert_null(e);
