@@ -75,6 +75,8 @@ static const char help_text[] =
 	"                         (flow's own launcher); under srun --mpi=pmix or\n"
 	"                         mpirun the ranks come from the launcher\n"
 	"      --comm-timeout S   deadline of each collective, seconds [60]\n"
+	"      --bucket-mb X      sum data-parallel gradients in buckets of X MiB\n"
+	"                         as backward completes them; 0: after it [25]\n"
 	"\n"
 	"Inspection:\n"
 	"      --emit-graph       print the training graph (flow-train(1), GRAPH)\n"
@@ -127,6 +129,7 @@ enum {
 	OPT_DEVICE,
 	OPT_PRECISION,
 	OPT_COMM,
+	OPT_BUCKET_MB,
 };
 
 static const struct option long_options[] = {
@@ -163,6 +166,7 @@ static const struct option long_options[] = {
 	{ "device", required_argument, NULL, OPT_DEVICE },
 	{ "precision", required_argument, NULL, OPT_PRECISION },
 	{ "comm", required_argument, NULL, OPT_COMM },
+	{ "bucket-mb", required_argument, NULL, OPT_BUCKET_MB },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -316,6 +320,10 @@ static void parse_options(flow_tool_t *tool, train_opts_t *o, int argc,
 		case OPT_PRECISION:
 			o->precision = optarg;
 			apply_device(tool, o);
+			break;
+		case OPT_BUCKET_MB:
+			c->bucket_bytes = (size_t)(flow_tool_double(tool, "--bucket-mb", optarg, 0, 1 << 20) *
+						   1024.0 * 1024.0);
 			break;
 		case OPT_COMM:
 			if (strcmp(optarg, "nccl") != 0 && strcmp(optarg, "cpu") != 0)

@@ -175,6 +175,15 @@ FLOW_EXPORT void flow_exec_set_dist(flow_exec_t *exec,
 				    size_t n,
 				    struct flow_boxing_comms *comms);
 
+/* ---- hooks ---------------------------------------------------------------- */
+
+/* Called after every op a pass runs, with the op's index, on the
+ * executor's thread; host kernels have finished by then.  For
+ * flow/grad_sync.h.  NULL: none. */
+typedef void flow_exec_op_hook_fn(void *ctx, int op);
+FLOW_EXPORT void flow_exec_set_op_hook(flow_exec_t *exec,
+				       flow_exec_op_hook_fn *fn, void *ctx);
+
 /* ---- profile ------------------------------------------------------------ */
 
 /* Time every op (wall clock around each kernel) from now on. */

@@ -54,6 +54,7 @@
 #include <flow/optim.h>
 #include <flow/zero.h>
 #include <flow/grad_buckets.h>
+#include <flow/grad_sync.h>
 #include <flow/train.h>
 /* bench */
 #include <flow/bench.h>

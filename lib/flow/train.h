@@ -69,6 +69,12 @@ typedef struct flow_train_config {
 	 * CPU backend instead of NCCL, which lets several ranks share one
 	 * GPU (to test parallel plans on one GPU). */
 	bool host_comm;
+	/* Data parallel over whole gradients in host memory: they are summed
+	 * in buckets of at most this many bytes as the backward pass
+	 * completes each, overlapping it (flow/grad_sync.h); 0: after the
+	 * pass.  Default FLOW_GRAD_BUCKET_DEFAULT_BYTES.  The same bits
+	 * either way. */
+	size_t bucket_bytes;
 	bool profile;
 	double peak_gflops;      /* MFU denominator; 0: no MFU; < 0 on
 				  * cuda: the GPU's datasheet peak for the

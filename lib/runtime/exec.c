@@ -625,6 +625,8 @@ static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 		for (size_t z = o->zero_first; z < o->zero_first + o->nzero; z++)
 			x->storage->zero(x->zeros[z].ptr, x->zeros[z].bytes);
 		x->err = exec_kernel(x, o, &x->g->ops[i]);
+		if (x->hook && x->err == FLOW_OK)
+			x->hook(x->hook_ctx, (int)i);
 		if (x->profiling) {
 			flow_profile_row_t *row = &x->profile[o->kind];
 			row->seconds += now_seconds() - t0;
@@ -664,6 +666,13 @@ flow_err_t flow_exec_backward(flow_exec_t *x, flow_diag_t *diag)
 {
 	exec_run(x, x->g->nforward, x->g->nops);
 	return exec_finish(x, diag);
+}
+
+void flow_exec_set_op_hook(flow_exec_t *x, flow_exec_op_hook_fn *fn,
+			   void *ctx)
+{
+	x->hook = fn;
+	x->hook_ctx = ctx;
 }
 
 void flow_exec_set_dist(flow_exec_t *x, const flow_boxing_plan_t *plans,

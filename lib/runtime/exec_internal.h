@@ -68,6 +68,8 @@ struct flow_exec {
 	flow_diag_t diag;
 	flow_err_t err;
 	float *losses_host;  /* the losses, copied out of a device storage */
+	flow_exec_op_hook_fn *hook; /* flow_exec_set_op_hook */
+	void *hook_ctx;
 	float *dist_scratch; /* split cross-entropy's row statistics */
 	size_t dist_scratch_n;
 };

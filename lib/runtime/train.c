@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <flow/grad_sync.h>
 #include <flow/shard.h>
 
 #include "runtime/train_internal.h"
@@ -27,6 +28,7 @@ void flow_train_config_init(flow_train_config_t *cfg)
 		.seed = 1337,
 		.eval_batches = 8,
 		.kernels = FLOW_KERNELS_CPU,
+		.bucket_bytes = FLOW_GRAD_BUCKET_DEFAULT_BYTES,
 	};
 }
 
@@ -198,6 +200,16 @@ static flow_err_t trainer_build_local(flow_trainer_t *t, flow_diag_t *diag)
 	return err;
 }
 
+/* Whole gradients summed over a CPU group in host memory: their sums can
+ * overlap the backward pass (flow/grad_sync.h). */
+static bool trainer_overlaps_grad_sync(const flow_trainer_t *t)
+{
+	return t->cfg.bucket_bytes > 0 && t->dp_size > 1 && !t->localized &&
+	       !t->zero->any_split &&
+	       flow_exec_storage(t->exec)->host_addressable &&
+	       flow_comm_backend(t->dp_data) == FLOW_COMM_CPU;
+}
+
 static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 {
 	const flow_train_config_t *c = &t->cfg;
@@ -224,6 +236,9 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 				    "pass --comm cpu");
 	if (err == FLOW_OK)
 		err = trainer_new_optimizer(t, diag);
+	if (err == FLOW_OK && trainer_overlaps_grad_sync(t))
+		err = flow_grad_sync_new(t->exec, t->dp_data, c->bucket_bytes,
+					 &t->grad_sync, diag);
 	if (err != FLOW_OK)
 		return err;
 	t->tokens = flow_graph_find(&t->graph, "tokens");
@@ -336,6 +351,7 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_atomic_file_abort(t->batches);
 	flow_loader_free(t->val);
 	flow_loader_free(t->train);
+	flow_grad_sync_free(t->grad_sync);
 	flow_adamw_free(t->opt);
 	flow_zero_free(t->zero);
 	flow_exec_free(t->exec);
@@ -404,6 +420,11 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 			     " sequences per rank per micro-batch\n",
 			t->dp_size, flow_comm_transport(t->dp),
 			t->local_batch);
+	if (t->grad_sync)
+		fprintf(out, "# gradient sums overlap the backward pass: %zu "
+			     "buckets of at most %.3g MiB\n",
+			flow_grad_sync_buckets(t->grad_sync)->nbuckets,
+			mib(c->bucket_bytes));
 	if (t->localized) {
 		char mesh[FLOW_MESH_TEXT_MAX];
 		flow_mesh_format(&c->plan->mesh, mesh, sizeof mesh);
@@ -642,16 +663,33 @@ static int trainer_step(flow_trainer_t *t, flow_train_row_t *row,
 				      train_now_seconds() - td, 0);
 		if (t->batches && (err = dump_batch(t, diag)) != FLOW_OK)
 			return err;
+		if (t->grad_sync && k + 1 == c->grad_accum)
+			flow_grad_sync_arm(t->grad_sync);
 		double mb_loss;
-		if ((err = flow_exec_forward(t->exec, &mb_loss, diag)) != FLOW_OK ||
-		    (err = flow_exec_backward(t->exec, diag)) != FLOW_OK)
+		if ((err = flow_exec_forward(t->exec, &mb_loss, diag)) == FLOW_OK)
+			err = flow_exec_backward(t->exec, diag);
+		if (err != FLOW_OK) {
+			/* The thread lets the group go; the pass's error is
+			 * the one to report. */
+			flow_diag_t ignored = FLOW_DIAG_INIT;
+			flow_err_t also = t->grad_sync ? flow_grad_sync_wait(
+						t->grad_sync, &ignored)
+					      : FLOW_OK;
+			(void)also;
 			return err;
+		}
 		loss += mb_loss;
 	}
 	loss /= c->grad_accum;
 	double ts = train_now_seconds();
-	if ((err = loss_over_ranks(t, &loss, diag)) != FLOW_OK ||
-	    (err = flow_zero_sync_grads(t->zero, t->dp_data, t->exec, diag)))
+	/* The gradients first: with overlap their sums are under way and own
+	 * the group until they are done. */
+	err = t->grad_sync
+		      ? flow_grad_sync_wait(t->grad_sync, diag)
+		      : flow_zero_sync_grads(t->zero, t->dp_data, t->exec, diag);
+	if (err == FLOW_OK)
+		err = loss_over_ranks(t, &loss, diag);
+	if (err != FLOW_OK)
 		return err;
 	if (t->dp_size > 1)
 		flow_exec_profile_add(t->exec, "grad-sync",

@@ -9,6 +9,7 @@
 #include <flow/boxing_exec.h>
 #include <flow/device.h>
 #include <flow/gpu_binding.h>
+#include <flow/grad_sync.h>
 #include <flow/file.h>
 #include <flow/loader.h>
 #include <flow/localize.h>
@@ -34,6 +35,7 @@ struct flow_trainer {
 	flow_comm_t *world_nccl;        /* --device cuda without --comm cpu:
 					 * the world on NCCL, and its dp axis */
 	flow_comm_t *dp_nccl;
+	flow_grad_sync_t *grad_sync;    /* the overlapped sums, or NULL */
 	flow_loader_t *train;
 	flow_loader_t *val;             /* NULL without evaluation */
 	uint64_t data_checksum;         /* the dataset manifest's */

@@ -82,6 +82,21 @@ assert_losses_close() {
 	diff <(numbers a.tsv) <(numbers b.tsv)
 }
 
+@test "overlapped gradient sums (--bucket-mb) give the bits of summing after the pass" {
+	for mb in 0 0.002 25; do
+		run -0 --separate-stderr flow-train --nproc 2 "${TRAIN[@]}" --steps 6 \
+			--data "$DATA" --bucket-mb "$mb"
+		printf '%s\n' "$output" >"bucket-$mb.tsv"
+		numbers "bucket-$mb.tsv" >"bucket-$mb.rows"
+	done
+	! grep -q 'overlap' bucket-0.tsv
+	grep -Eq '^# gradient sums overlap the backward pass: [0-9]{2,} buckets' bucket-0.002.tsv
+	grep -q '^# gradient sums overlap the backward pass: 1 buckets' bucket-25.tsv
+	[ "$(wc -l <bucket-0.rows)" -eq 6 ]
+	cmp bucket-0.rows bucket-0.002.rows
+	cmp bucket-0.rows bucket-25.rows
+}
+
 @test "flow-train on 2 ranks over TCP follows the one-rank losses" {
 	FLOW_COMM_TRANSPORT=tcp flow-train --nproc 2 "${TRAIN[@]}" --data "$DATA" >tcp.tsv
 	grep -q '^# data parallel over 2 ranks (tcp)' tcp.tsv

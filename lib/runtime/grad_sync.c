@@ -1,0 +1,198 @@
+/* Overlapped data-parallel gradient sums (flow/grad_sync.h): the
+ * executor's op hook releases buckets in order as their launch ops run; a
+ * communication thread all-reduces the released ones, one gradient after
+ * another, while the executor goes on.  Two counters under one lock say
+ * where each side is: released (buckets the pass has completed) and done
+ * (buckets summed); the thread sleeps while they are equal. */
+#include <config.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <flow/grad_sync.h>
+
+struct flow_grad_sync {
+	flow_exec_t *exec;
+	flow_comm_t *comm;
+	flow_grad_buckets_t *buckets;
+	int *launched_after;    /* [nbuckets]: the op that released each */
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t work;    /* released grew, or stop */
+	pthread_cond_t idle;    /* done grew */
+	size_t released, done;  /* of the armed pass, under lock */
+	bool armed, stop;
+	flow_err_t err;         /* the first failure of the pass */
+	flow_diag_t diag;
+};
+
+/* Sum bucket b's gradients over the group, in member order. */
+static flow_err_t sum_bucket(flow_grad_sync_t *s, size_t b, flow_diag_t *diag)
+{
+	const flow_grad_buckets_t *g = s->buckets;
+	const flow_grad_bucket_t *k = &g->buckets[b];
+	flow_err_t err = FLOW_OK;
+	for (size_t m = k->first; m < k->first + k->count && !err; m++) {
+		const flow_grad_bucket_member_t *mb = &g->members[m];
+		float *grad = flow_exec_tensor(s->exec, mb->grad);
+		err = flow_all_reduce(s->comm, grad, grad,
+				      mb->bytes / sizeof(float), FLOW_DTYPE_F32,
+				      diag);
+	}
+	return err;
+}
+
+static void *sync_thread(void *arg)
+{
+	flow_grad_sync_t *s = arg;
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		while (!s->stop && s->done == s->released)
+			pthread_cond_wait(&s->work, &s->lock);
+		if (s->done == s->released) /* and stop */
+			break;
+		size_t b = s->done;
+		bool skip = s->err != FLOW_OK;
+		pthread_mutex_unlock(&s->lock);
+		flow_diag_t diag = FLOW_DIAG_INIT;
+		flow_err_t err = skip ? FLOW_OK : sum_bucket(s, b, &diag);
+		pthread_mutex_lock(&s->lock);
+		if (err != FLOW_OK && s->err == FLOW_OK) {
+			s->err = err;
+			s->diag = diag;
+		}
+		s->done++;
+		pthread_cond_broadcast(&s->idle);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* Release the buckets whose launch op is op. */
+static void release_after(flow_grad_sync_t *s, int op)
+{
+	size_t first, count;
+	flow_grad_buckets_after_op(s->buckets, op, &first, &count);
+	if (count == 0)
+		return;
+	pthread_mutex_lock(&s->lock);
+	for (size_t b = first; b < first + count; b++)
+		s->launched_after[b] = op;
+	s->released = first + count;
+	pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void op_hook(void *ctx, int op)
+{
+	flow_grad_sync_t *s = ctx;
+	if (s->armed)
+		release_after(s, op);
+}
+
+flow_err_t flow_grad_sync_new(flow_exec_t *exec, flow_comm_t *comm,
+			      size_t capacity, flow_grad_sync_t **sync_out,
+			      flow_diag_t *diag)
+{
+	if (!flow_exec_storage(exec)->host_addressable ||
+	    flow_comm_backend(comm) != FLOW_COMM_CPU)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "overlapped gradient sums need host "
+				     "memory and a CPU communicator");
+	flow_grad_sync_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	s->exec = exec;
+	s->comm = comm;
+	flow_err_t err = flow_grad_buckets_new(flow_exec_graph(exec), capacity,
+					       NULL, &s->buckets, diag);
+	if (err != FLOW_OK) {
+		free(s);
+		return err;
+	}
+	size_t n = s->buckets->nbuckets ? s->buckets->nbuckets : 1;
+	if (!(s->launched_after = calloc(n, sizeof *s->launched_after))) {
+		flow_grad_buckets_free(s->buckets);
+		free(s);
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->work, NULL);
+	pthread_cond_init(&s->idle, NULL);
+	int rc = pthread_create(&s->thread, NULL, sync_thread, s);
+	if (rc != 0) {
+		pthread_cond_destroy(&s->idle);
+		pthread_cond_destroy(&s->work);
+		pthread_mutex_destroy(&s->lock);
+		free(s->launched_after);
+		flow_grad_buckets_free(s->buckets);
+		free(s);
+		return flow_diag_errno(diag, FLOW_ERR_IO, rc,
+				       "cannot start the gradient-sum thread");
+	}
+	flow_exec_set_op_hook(exec, op_hook, s);
+	*sync_out = s;
+	return FLOW_OK;
+}
+
+void flow_grad_sync_free(flow_grad_sync_t *s)
+{
+	if (!s)
+		return;
+	flow_exec_set_op_hook(s->exec, NULL, NULL);
+	pthread_mutex_lock(&s->lock);
+	s->stop = true;
+	pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->thread, NULL);
+	pthread_cond_destroy(&s->idle);
+	pthread_cond_destroy(&s->work);
+	pthread_mutex_destroy(&s->lock);
+	free(s->launched_after);
+	flow_grad_buckets_free(s->buckets);
+	free(s);
+}
+
+void flow_grad_sync_arm(flow_grad_sync_t *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->released = s->done = 0;
+	s->err = FLOW_OK;
+	s->diag = (flow_diag_t)FLOW_DIAG_INIT;
+	for (size_t b = 0; b < s->buckets->nbuckets; b++)
+		s->launched_after[b] = 0;
+	pthread_mutex_unlock(&s->lock);
+	s->armed = true;
+	release_after(s, -1); /* gradients no op writes */
+}
+
+flow_err_t flow_grad_sync_wait(flow_grad_sync_t *s, flow_diag_t *diag)
+{
+	s->armed = false;
+	pthread_mutex_lock(&s->lock);
+	while (s->done < s->released)
+		pthread_cond_wait(&s->idle, &s->lock);
+	flow_err_t err = s->err;
+	if (err == FLOW_OK && s->released < s->buckets->nbuckets)
+		err = flow_diag_set(&s->diag, FLOW_ERR_USAGE,
+				    "the backward pass released %zu of %zu "
+				    "gradient buckets",
+				    s->released, s->buckets->nbuckets);
+	if (err != FLOW_OK)
+		flow_diag_set(diag, err, "%s", flow_diag_message(&s->diag));
+	pthread_mutex_unlock(&s->lock);
+	return err;
+}
+
+const flow_grad_buckets_t *flow_grad_sync_buckets(const flow_grad_sync_t *s)
+{
+	return s->buckets;
+}
+
+size_t flow_grad_sync_launched(const flow_grad_sync_t *s,
+			       const int **launched_after_out)
+{
+	*launched_after_out = s->launched_after;
+	return s->released;
+}
