@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <flow/bench.h>
+#include <flow/device.h>
 #include <flow/bench_comm.h>
 #include <flow/comm.h>
 #include <flow/log.h>
@@ -56,6 +57,8 @@ static const char help_text[] =
 	"                         --rtol 0 --atol 0 demands bitwise equality\n"
 	"      --peak-gflops X    use X GFLOP/s as the ceiling for frac_peak\n"
 	"                         instead of measuring it\n"
+	"      --device D         cpu, or cuda: peak and matmul on the GPU, against\n"
+	"                         cuBLAS's own sgemm (the blas columns) [cpu]\n"
 	"\n"
 	"Options of comm (also --iters [20] and --warmup [5]):\n"
 	"  -b, --minbytes SIZE    smallest size [8], K/M/G suffixes (binary)\n"
@@ -86,6 +89,7 @@ enum {
 	OPT_BACKEND,
 	OPT_COMM_TIMEOUT,
 	OPT_NPROC,
+	OPT_DEVICE,
 };
 
 static const struct option long_options[] = {
@@ -104,6 +108,7 @@ static const struct option long_options[] = {
 	{ "backend", required_argument, NULL, OPT_BACKEND },
 	{ "comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT },
 	{ "nproc", required_argument, NULL, OPT_NPROC },
+	{ "device", required_argument, NULL, OPT_DEVICE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -153,16 +158,21 @@ static void kernel_validate(const flow_tool_t *tool, bench_opts_t *o)
 	if (o->nargs > 1)
 		flow_tool_usage_error(tool, "unexpected argument '%s'",
 				      o->args[1]);
+	bool cuda = o->cfg.device == FLOW_DEVICE_CUDA;
 	if (strcmp(o->args[0], "all") == 0) {
 		if (o->nshape_text)
 			flow_tool_usage_error(tool,
 					      "option '--shape' cannot be used with kernel 'all'");
 		for (int i = 0; i < FLOW_BENCH_NKERNELS; i++)
-			o->kernels[o->nkernels++] = (flow_bench_kernel_t)i;
+			if (!cuda || i == FLOW_BENCH_PEAK || i == FLOW_BENCH_MATMUL)
+				o->kernels[o->nkernels++] = (flow_bench_kernel_t)i;
 		return;
 	}
 	if (flow_bench_kernel_lookup(o->args[0], &k, &diag) != FLOW_OK)
 		flow_tool_usage_error(tool, "%s", flow_diag_message(&diag));
+	if (cuda && k != FLOW_BENCH_PEAK && k != FLOW_BENCH_MATMUL)
+		flow_tool_usage_error(tool, "--device cuda benchmarks peak and matmul only (so far), not '%s'",
+				      o->args[0]);
 	if (k == FLOW_BENCH_PEAK && o->cfg.peak_gflops > 0)
 		flow_tool_usage_error(tool,
 				      "option '--peak-gflops' cannot be used with kernel 'peak'");
@@ -268,10 +278,25 @@ static int kernel_run(const flow_tool_t *tool, bench_opts_t *o)
 	flow_bench_machine_describe(&machine);
 	if (machine.blas_warning[0])
 		flow_log(FLOW_LOG_WARN, "%s", machine.blas_warning);
+	flow_cuda_device_info_t gpu;
+	if (cfg->device == FLOW_DEVICE_CUDA &&
+	    (flow_cuda_open(&diag) != FLOW_OK || flow_cuda_info(0, &gpu, &diag) != FLOW_OK))
+		return flow_tool_fail(tool, &diag);
 	if (tool->json) {
 		write_json_head(&machine, o);
 	} else {
 		flow_bench_write_machine(stdout, &machine);
+		if (cfg->device == FLOW_DEVICE_CUDA) {
+			const char *source = NULL;
+			double sheet = flow_cuda_peak_gflops(gpu.name, false, &source);
+			printf("# device: cuda:0 %s (sm_%d%d, %d SMs, %.1f GiB); ",
+			       gpu.name, gpu.cc_major, gpu.cc_minor, gpu.sm_count,
+			       (double)gpu.global_mem / (1024.0 * 1024.0 * 1024.0));
+			if (sheet > 0)
+				printf("fp32 peak %.1f TFLOP/s (%s)\n", sheet / 1e3, source);
+			else
+				printf("no datasheet peak known\n");
+		}
 		write_config(o, !peak_given);
 		flow_bench_write_tsv_header(stdout);
 	}
@@ -537,6 +562,12 @@ static void parse_options(flow_tool_t *tool, bench_opts_t *o, int argc,
 			o->cfg.atol = flow_tool_double(tool, "--atol", optarg,
 						       0.0, 1e6);
 			break;
+		case OPT_DEVICE: {
+			flow_diag_t diag = FLOW_DIAG_INIT;
+			if (flow_device_kind_parse(optarg, &o->cfg.device, &diag) != FLOW_OK)
+				flow_tool_usage_error(tool, "--device: %s", flow_diag_message(&diag));
+			break;
+		}
 		case OPT_PEAK_GFLOPS:
 			o->cfg.peak_gflops = flow_tool_double(tool, "--peak-gflops",
 							      optarg, 1e-3, 1e12);

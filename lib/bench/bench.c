@@ -18,6 +18,7 @@
 
 #include <flow/bench.h>
 #include <flow/blas.h>
+#include <flow/device.h>
 #include <flow/json.h>
 #include <flow/kernels.h>
 #include <flow/kernels_ref.h>
@@ -28,6 +29,7 @@
 #include <flow/version.h>
 
 #include "bench_internal.h"
+#include "device/cuda_module_internal.h"
 
 /* Rows of a large GEMM result the reference recomputes: the naive reference
  * runs at about 1e9 multiply-adds per second, so a full check of a
@@ -371,6 +373,188 @@ static flow_err_t bench_matmul(bench_ctx_t *c)
 	record_blas(c, bwd);
 
 	return FLOW_OK;
+}
+
+/* ---- on a CUDA device: matmul against cuBLAS's own, and its peak -------- */
+/* The inputs are the CPU benchmark's, copied up; every output is copied
+ * back and compared whole with the CPU kernel's (true fp32 on both sides,
+ * so the matmul tolerance holds).  Each timed call ends with the kernel
+ * set's last(), a stream synchronisation, on both sides alike. */
+
+/* Device buffers of the run, and the module's kernels. */
+typedef struct bench_cuda {
+	const flow_cuda_module_t *m;
+	void *ptr[8];
+	size_t n;
+} bench_cuda_t;
+
+static float *cuda_buf(bench_ctx_t *c, bench_cuda_t *d, const float *host,
+		       size_t count, flow_err_t *err)
+{
+	void *p = NULL;
+	if (*err == FLOW_OK)
+		*err = flow_cuda_alloc(&p, count * sizeof(float), c->diag);
+	if (*err == FLOW_OK && host)
+		*err = flow_cuda_upload(p, host, count * sizeof(float), c->diag);
+	if (p)
+		d->ptr[d->n++] = p;
+	return p;
+}
+
+static void cuda_bufs_release(bench_cuda_t *d)
+{
+	for (size_t i = 0; i < d->n; i++)
+		flow_cuda_release(d->ptr[i]);
+}
+
+/* Every element of n device floats at dev against ref, into rec. */
+static flow_err_t cuda_check(bench_ctx_t *c, flow_bench_record_t *rec,
+			     const float *dev, const float *ref, size_t n,
+			     float *host)
+{
+	flow_err_t err = flow_cuda_download(host, dev, n * sizeof(float), c->diag);
+	if (err == FLOW_OK)
+		record_check(rec, host, ref, n);
+	return err;
+}
+
+/* The timing loop's calls end in the set's last(); its first failure
+ * stops the run after the loop. */
+#define CUDA_CALL(CALL)                                                     	do {                                                                		CALL;                                                       		if (err == FLOW_OK)                                         			err = k->last(c->diag);                             	} while (0)
+
+static flow_err_t bench_cuda_peak(bench_ctx_t *c, bench_cuda_t *d)
+{
+	size_t N = D(0), NN = N * N;
+	const flow_kernels_t *k = d->m->kernels;
+	flow_err_t err = FLOW_OK;
+	float *a, *b, *ref, *host;
+	flow_bench_record_t *rec = record_new(c, "sgemm");
+
+	ALLOC_F(a, NN, "a");
+	ALLOC_F(b, NN, "b");
+	ALLOC_F(ref, NN, "reference c");
+	ALLOC_F(host, NN, "c from the device");
+	fill_normal(a, NN, c->cfg, STREAM_A, 0.0f, 1.0f);
+	fill_normal(b, NN, c->cfg, STREAM_B, 0.0f, 1.0f / sqrtf((float)N));
+	float *da = cuda_buf(c, d, a, NN, &err), *db = cuda_buf(c, d, b, NN, &err);
+	float *dc = cuda_buf(c, d, NULL, NN, &err);
+	if (err != FLOW_OK)
+		return err;
+	BENCH_TIME_CALLS(c->cfg, c->samples, (void)0,
+			 CUDA_CALL(d->m->gemm(false, true, N, N, N, da, db, 0.0f,
+					      dc)));
+	if (err != FLOW_OK)
+		return err;
+	record_time(c, rec, 2.0 * N * N * N, 4.0 * 3 * NN);
+	rec->frac_peak = rec->min_us / rec->time_us;
+	flow_cpu_matmul_forward(ref, a, b, NULL, N, N, N);
+	return cuda_check(c, rec, dc, ref, NN, host);
+}
+
+static flow_err_t bench_cuda_matmul(bench_ctx_t *c, bench_cuda_t *d)
+{
+	const flow_bench_config_t *cfg = c->cfg;
+	size_t N = D(0), IN = D(1), OUT = D(2);
+	double gemm_flops = 2.0 * N * IN * OUT;
+	const flow_kernels_t *k = d->m->kernels;
+	flow_err_t err = FLOW_OK;
+	float *inp, *weight, *bias, *dout, *out, *dinp, *dweight, *dbias, *host;
+	flow_bench_record_t *fwd = record_new(c, "fwd");
+	flow_bench_record_t *bwd = record_new(c, "bwd");
+	size_t big = N * (IN > OUT ? IN : OUT);
+
+	if (OUT * IN > big)
+		big = OUT * IN;
+	ALLOC_F(inp, N * IN, "inp");
+	ALLOC_F(weight, OUT * IN, "weight");
+	ALLOC_F(bias, OUT, "bias");
+	ALLOC_F(dout, N * OUT, "dout");
+	ALLOC_F(out, N * OUT, "out");
+	ALLOC_F(dinp, N * IN, "dinp");
+	ALLOC_F(dweight, OUT * IN, "dweight");
+	ALLOC_F(dbias, OUT, "dbias");
+	ALLOC_F(host, big, "results from the device");
+	fill_normal(inp, N * IN, cfg, STREAM_A, 0.0f, 1.0f);
+	fill_normal(weight, OUT * IN, cfg, STREAM_B, 0.0f, 1.0f / sqrtf((float)IN));
+	fill_uniform(bias, OUT, cfg, STREAM_C, -1.0f, 1.0f);
+	fill_normal(dout, N * OUT, cfg, STREAM_D, 0.0f, 1.0f);
+	float *d_inp = cuda_buf(c, d, inp, N * IN, &err);
+	float *d_w = cuda_buf(c, d, weight, OUT * IN, &err);
+	float *d_b = cuda_buf(c, d, bias, OUT, &err);
+	float *d_dout = cuda_buf(c, d, dout, N * OUT, &err);
+	float *d_out = cuda_buf(c, d, NULL, N * OUT, &err);
+	float *d_dinp = cuda_buf(c, d, dinp, N * IN, &err);   /* zeroed: */
+	float *d_dw = cuda_buf(c, d, dweight, OUT * IN, &err); /* ALLOC */
+	float *d_db = cuda_buf(c, d, dbias, OUT, &err);        /* zeroes */
+	if (err != FLOW_OK)
+		return err;
+
+	/* One forward and one backward from zero, checked whole. */
+	flow_cpu_matmul_forward(out, inp, weight, bias, N, IN, OUT);
+	CUDA_CALL(k->matmul_forward(d_out, d_inp, d_w, d_b, N, IN, OUT));
+	if (err == FLOW_OK)
+		err = cuda_check(c, fwd, d_out, out, N * OUT, host);
+	flow_cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IN,
+				 OUT);
+	CUDA_CALL(k->matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N,
+				     IN, OUT));
+	if (err == FLOW_OK)
+		err = cuda_check(c, bwd, d_dinp, dinp, N * IN, host);
+	if (err == FLOW_OK)
+		err = cuda_check(c, bwd, d_dw, dweight, OUT * IN, host);
+	if (err == FLOW_OK)
+		err = cuda_check(c, bwd, d_db, dbias, OUT, host);
+	if (err != FLOW_OK)
+		return err;
+
+	BENCH_TIME_PAIR(cfg, c->samples, c->peer_samples,
+			CUDA_CALL(k->matmul_forward(d_out, d_inp, d_w, d_b, N,
+						    IN, OUT)),
+			CUDA_CALL(d->m->gemm(false, true, N, OUT, IN, d_inp,
+					     d_w, 0.0f, d_out)));
+	if (err != FLOW_OK)
+		return err;
+	record_time(c, fwd, gemm_flops,
+		    4.0 * ((double)N * IN + (double)OUT * IN + OUT + (double)N * OUT));
+	record_blas(c, fwd);
+	/* Backward's GEMMs alone: dinp = dout . W and dW = dout^T . inp. */
+	BENCH_TIME_PAIR(cfg, c->samples, c->peer_samples,
+			CUDA_CALL(k->matmul_backward(d_dinp, d_dw, d_db, d_dout,
+						     d_inp, d_w, N, IN, OUT)),
+			CUDA_CALL({
+				d->m->gemm(false, false, N, IN, OUT, d_dout, d_w,
+					   1.0f, d_dinp);
+				d->m->gemm(true, false, OUT, IN, N, d_dout,
+					   d_inp, 1.0f, d_dw);
+			}));
+	if (err != FLOW_OK)
+		return err;
+	record_time(c, bwd, 2.0 * gemm_flops,
+		    4.0 * ((double)N * OUT + 3.0 * N * IN + 3.0 * OUT * IN + 2.0 * OUT));
+	record_blas(c, bwd);
+	return FLOW_OK;
+}
+
+/* Kernel k of c on the CUDA device: matmul and peak only. */
+static flow_err_t bench_cuda(bench_ctx_t *c)
+{
+	bench_cuda_t d = { .n = 0 };
+	flow_err_t err = flow_cuda_open(c->diag);
+	if (err == FLOW_OK)
+		err = flow_cuda_module_get(&d.m, c->diag);
+	if (err != FLOW_OK)
+		return err;
+	if (c->k == FLOW_BENCH_PEAK)
+		err = bench_cuda_peak(c, &d);
+	else if (c->k == FLOW_BENCH_MATMUL)
+		err = bench_cuda_matmul(c, &d);
+	else
+		err = flow_diag_set(c->diag, FLOW_ERR_NOTSUP,
+				    "kernel '%s' has no CUDA benchmark yet "
+				    "(--device cuda: peak and matmul)",
+				    flow_bench_kernel_name(c->k));
+	cuda_bufs_release(&d);
+	return err;
 }
 
 /* ---- embedding -------------------------------------------------------------------- */
@@ -987,7 +1171,7 @@ flow_err_t flow_bench_kernel_run(flow_bench_kernel_t k,
 		flow_bench_shape_format(shape, s, sizeof(s));
 		flow_log(FLOW_LOG_DEBUG, "benchmarking %s %s", e->name, s);
 	}
-	err = e->run(&c);
+	err = cfg->device == FLOW_DEVICE_CUDA ? bench_cuda(&c) : e->run(&c);
 	bench_bufs_release(&c.bufs);
 	flow_free(c.samples);
 	flow_free(c.peer_samples);

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FLOW_CUDA_MODULE_ABI 3u
+#define FLOW_CUDA_MODULE_ABI 4u
 #define FLOW_CUDA_MODULE_ENTRY "flow_cuda_module_entry"
 
 struct flow_comm;
@@ -47,6 +47,10 @@ typedef struct flow_cuda_module {
 	/* ---- the executor's kernel set and storage (flow/exec.h) ---- */
 	const flow_kernels_t *kernels;
 	const flow_exec_storage_t *storage;
+	/* cuBLAS's own sgemm on the kernels' stream, row-major (benchmarks;
+	 * flow_cuda_gemm in kernels_cuda.h); failures kept for last(). */
+	void (*gemm)(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+		     const float *a, const float *b, float beta, float *c);
 	/* The storage's caching allocator on device. */
 	flow_err_t (*storage_stats)(int device, flow_alloc_stats_t *stats_out,
 				    flow_diag_t *diag);

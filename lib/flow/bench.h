@@ -16,6 +16,7 @@
 
 #include <stdio.h>
 
+#include <flow/device.h>
 #include <flow/error.h>
 
 #ifdef __cplusplus
@@ -102,6 +103,9 @@ typedef struct flow_bench_config {
 	uint64_t seed;      /* Philox seed of every input */
 	double rtol, atol;  /* tolerance; negative: the kernel's default */
 	double peak_gflops; /* sgemm ceiling for frac_peak; <= 0: unknown */
+	/* Where the kernels run [cpu]; cuda: peak and matmul only, against
+	 * cuBLAS's own sgemm (the blas_* columns), on the current device. */
+	flow_device_kind_t device;
 } flow_bench_config_t;
 
 /* Defaults: iters 5, warmup 1, seed 1234, per-kernel tolerances, peak

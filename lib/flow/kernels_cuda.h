@@ -122,6 +122,17 @@ FLOW_EXPORT flow_err_t flow_cuda_matmul_backward(float *dinp, float *dweight,
 						 flow_diag_t *diag,
 						 cudaStream_t stream) FLOW_MUST_CHECK;
 
+/* cuBLAS's own sgemm in the row-major convention of these kernels, for
+ * benchmarks (flow-bench kernel --device cuda): C[m,n] = op(A) . op(B) +
+ * beta * C, op(A) the [m,k] matrix A (trans_a: A is stored [k,m] and
+ * transposed), op(B) the [k,n] matrix B (trans_b: stored [n,k]).  True
+ * fp32 (no TF32), as the matmul kernels. */
+FLOW_EXPORT flow_err_t flow_cuda_gemm(bool trans_a, bool trans_b, size_t m,
+				      size_t n, size_t k, const float *a,
+				      const float *b, float beta, float *c,
+				      flow_diag_t *diag,
+				      cudaStream_t stream) FLOW_MUST_CHECK;
+
 /* ---- token + position embedding ------------------------------------------ */
 /* tokens (device int32) must be in [0, vocab): they are not checked. */
 FLOW_EXPORT flow_err_t flow_cuda_embedding_forward(float *out,
@@ -252,6 +263,10 @@ FLOW_EXPORT flow_err_t flow_cuda_clip_grad_norm(float *const *grads,
 /* The kernels above as flow_kernels_t members, on the calling thread's
  * stream (cudaStreamPerThread), each keeping its first failure for last(). */
 FLOW_EXPORT extern const flow_kernels_t flow_cuda_kernels;
+/* flow_cuda_gemm on that stream, its failure kept as the kernels' are. */
+FLOW_EXPORT void flow_cuda_table_gemm(bool trans_a, bool trans_b, size_t m,
+				      size_t n, size_t k, const float *a,
+				      const float *b, float beta, float *c);
 /* flow_exec_storage_t's members over device memory (flow/exec.h): zeroed
  * blocks of the current device's caching allocator over cudaMalloc (NULL
  * when out of memory), given back to its cache once the thread's stream

@@ -147,3 +147,13 @@ real_binary() {
 	tsv_rows "$output" | cut -f1-5 | grep '^[34]	' >resumed.rows
 	grep '^[34]	' cpu5.rows | cmp - resumed.rows
 }
+
+@test "flow-bench --device cuda: peak and matmul only, and one line without a GPU" {
+	run -2 --separate-stderr flow-bench kernel gelu --device cuda
+	assert_usage_error flow-bench "--device cuda benchmarks peak and matmul only (so far), not 'gelu'"
+	has_gpu && skip "this machine has a GPU (tests/gpu/train.sh benchmarks it)"
+	run -1 --separate-stderr flow-bench kernel matmul --device cuda --shape 64,64,64
+	[ -z "$output" ]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ ${stderr_lines[0]} =~ ^flow-bench:\ (no\ usable\ CUDA|this\ build\ of\ flow\ has\ no\ CUDA) ]]
+}

@@ -31,6 +31,9 @@
 #                 uninterrupted run's bit for bit.
 #  gpu-ckpt-on-cpu  the GPU's step-5 checkpoint resumes on the CPU, and its
 #                 losses stay within 1e-4 of the GPU's.
+#  bench-matmul   flow-bench kernel matmul --device cuda at GPT-2 124M's
+#                 GEMM shapes: TFLOP/s against cuBLAS's own, results
+#                 checked against the CPU.
 #  gpt2-124m      GPT-2 124M, T=1024, at FLOW_GPU_BENCH_BATCH (default 8)
 #                 sequences: the run completes; tokens/s, MFU (flow-train's
 #                 formula and the datasheet peak it names) and device memory
@@ -183,6 +186,19 @@ if [ $? -eq 0 ]; then
 	sed -n '/^#/p; /^program/,$p' gpt2.out | sed 's/^\([^#]\)/# \1/'
 else
 	row gpt2-124m no "$(head -n 1 gpt2.err)"
+fi
+
+# flow's matmul (cuBLAS sgemm plus its bias and reduction kernels) against
+# cuBLAS's own sgemm, at GPT-2 124M's shapes for B=8, T=1024, every result
+# checked against the CPU kernel.
+if [ "$dev" = cuda ] &&
+	"$bin/flow-bench" kernel matmul --device cuda --iters 10 --warmup 3 \
+		--shape 8192,768,2304 --shape 8192,768,3072 --shape 8192,3072,768 \
+		--shape 8192,768,50304 >bench.tsv 2>bench.err; then
+	row bench-matmul yes "$(awk -F'\t' '$1 == "matmul" { printf "%s %s %.1f TFLOP/s (cuBLAS %.1f, %.2f); ", $3, $2, $7 / 1e3, $10 / 1e3, $11 }' bench.tsv)"
+	grep -E '^# (device|peak_gflops)' bench.tsv
+elif [ "$dev" = cuda ]; then
+	row bench-matmul no "$(why bench.err)"
 fi
 
 [ "$failed" -eq 0 ]

@@ -146,3 +146,27 @@ flow_err_t flow_cuda_matmul_backward(float *dinp, float *dweight, float *dbias,
 out:
 	return err;
 }
+
+flow_err_t flow_cuda_gemm(bool trans_a, bool trans_b, size_t m, size_t n,
+			  size_t k, const float *a, const float *b, float beta,
+			  float *c, flow_diag_t *diag, cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	cublasHandle_t h = NULL;
+	const float one = 1.0f;
+
+	if (m == 0 || n == 0)
+		return FLOW_OK;
+	FLOW_TRY(matmul_check(m, k, n, __func__, diag), out);
+	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
+	/* Row-major C = op(A) . op(B) is column-major C^T = op(B)^T . op(A)^T;
+	 * a row-major X is the column-major X^T with its row length as ld. */
+	FLOW_CUBLAS_TRY(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+				    trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
+				    (int)m, (int)k, &one, b,
+				    (int)(trans_b ? k : n), a,
+				    (int)(trans_a ? m : k), &beta, c, (int)n),
+			out);
+out:
+	return err;
+}

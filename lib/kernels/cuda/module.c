@@ -51,6 +51,7 @@ static const flow_cuda_module_t module = {
 	.copy_to_host = flow_cuda_copy_to_host,
 	.kernels = &flow_cuda_kernels,
 	.storage = &storage,
+	.gemm = flow_cuda_table_gemm,
 	.storage_stats = flow_cuda_storage_stats,
 #ifdef HAVE_NCCL
 	.comm_nccl_init = flow_comm_nccl_init,

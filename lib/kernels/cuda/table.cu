@@ -216,6 +216,14 @@ flow_err_t last(flow_diag_t *diag)
 
 } // namespace
 
+void flow_cuda_table_gemm(bool trans_a, bool trans_b, size_t m, size_t n,
+			  size_t k, const float *a, const float *b, float beta,
+			  float *c)
+{
+	ENQUEUE(flow_cuda_gemm(trans_a, trans_b, m, n, k, a, b, beta, c, diag,
+			       STREAM));
+}
+
 extern "C" const flow_kernels_t flow_cuda_kernels = {
 	"cuda",
 	matmul_forward,
