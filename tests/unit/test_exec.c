@@ -231,6 +231,47 @@ static void test_exec_tensor_upload_download_round_trip(void **state)
 	flow_graph_release(&g);
 }
 
+/* Each kernel set names its kernels and its storage: the staged set is the
+ * CPU's kernels over a storage the executor must copy through. */
+static void test_exec_kernel_sets_name_their_device(void **state)
+{
+	static const struct {
+		flow_kernel_set_t set;
+		const flow_kernels_t *kernels;
+		const char *storage;
+		bool host;
+	} sets[] = {
+		{ FLOW_KERNELS_CPU, &flow_cpu_kernels, "host", true },
+		{ FLOW_KERNELS_REF, &flow_ref_kernels, "host", true },
+		{ FLOW_KERNELS_STAGED, &flow_cpu_kernels, "staged", false },
+	};
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_graph_t g;
+	flow_exec_t *e = NULL;
+
+	(void)state;
+	int x = one_matmul(&g);
+	for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
+		e = exec_new(&g, sets[i].set);
+		assert_ptr_equal(flow_exec_kernels(e), sets[i].kernels);
+		assert_string_equal(flow_exec_storage(e)->name, sets[i].storage);
+		assert_int_equal(flow_exec_storage(e)->host_addressable,
+				 sets[i].host);
+		float in[DN * DIN], out[DN * DIN];
+		for (int k = 0; k < DN * DIN; k++)
+			in[k] = (float)k;
+		assert_int_equal(flow_exec_tensor_upload(e, x, in, &diag), FLOW_OK);
+		assert_int_equal(flow_exec_tensor_download(e, x, out, &diag),
+				 FLOW_OK);
+		assert_memory_equal(out, in, sizeof in);
+		flow_exec_free(e);
+	}
+	assert_int_equal(flow_exec_new(&g, (flow_kernel_set_t)99, &e, &diag),
+			 FLOW_ERR_USAGE);
+	assert_string_equal(diag.msg, "unknown kernel set 99");
+	flow_graph_release(&g);
+}
+
 /* Without a GPU the CUDA set is one line, from the module or the driver,
  * and no executor. */
 static void test_exec_cuda_without_a_gpu_is_one_line(void **state)
@@ -767,6 +808,7 @@ int main(void)
 		cmocka_unit_test(test_exec_kernel_tables_are_filled),
 		cmocka_unit_test(test_exec_runs_the_kernels_of_its_set),
 		cmocka_unit_test(test_exec_tensor_upload_download_round_trip),
+		cmocka_unit_test(test_exec_kernel_sets_name_their_device),
 		cmocka_unit_test(test_exec_cuda_without_a_gpu_is_one_line),
 		cmocka_unit_test(test_exec_cpu_matches_reference),
 		cmocka_unit_test(test_exec_backward_clears_activation_gradients),
