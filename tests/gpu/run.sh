@@ -597,6 +597,28 @@ if [ -s "$gpu_out" ]; then
 "
 fi
 
+# ---- 6a. the executor on the GPU ---------------------------------------------------------
+# tests/gpu/test_cuda_exec: a GPT graph on the CUDA set against the CPU set
+# (init, loss, every gradient, one AdamW step); one test per row.
+if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
+	exec_out=$build/exec.stdout
+	rc=0
+	timeout -k 10 "$(cap 90)" "$build/tests/gpu/test_cuda_exec" >"$exec_out" 2>>"$logs/gpu.log" || rc=$?
+	{
+		echo "######## tests/gpu/test_cuda_exec: exit $rc"
+		cat "$exec_out"
+	} >>"$logs/gpu.log"
+	e_pass=$(awk -F '\t' '$2 == "yes" {n++} END {print n + 0}' "$exec_out")
+	e_fail=$(awk -F '\t' '$2 == "no" {n++} END {print n + 0}' "$exec_out")
+	passed=$((passed + e_pass))
+	failed=$((failed + e_fail))
+	if [ "$rc" -ne 0 ] && [ "$e_fail" -eq 0 ]; then
+		note "FAILED: test_cuda_exec exit $rc without a failed row (see gpu.log)"
+		failed=$((failed + 1))
+	fi
+	note "GPU executor: $e_pass passed, $e_fail failed ($(grep -E '^# (loss|grad norm|device memory)' "$exec_out" | tr '\n' ' '))"
+fi
+
 # ---- 6b. NCCL collectives ------------------------------------------------------------------
 # Every collective through the NCCL backend on device buffers, checked bit
 # for bit by flow-bench comm (one rank per GPU, flow's own launcher); one

@@ -14,6 +14,9 @@
  * table give flow_cuda_matmul_forward's GFLOP/s against a raw cublasSgemm of
  * the same shape, and a PASS/FAIL footer.  Mismatches are itemised on stderr.
  *
+ * Every device buffer starts poisoned (all bytes 0xff, a NaN in every
+ * float): an output element a kernel does not write fails.
+ *
  * Exit status: 0 all kernels agree; 1 a wrong element or a CUDA error; 77
  * (automake's "skipped") when this machine has no CUDA driver or device.
  *
@@ -141,6 +144,10 @@ static void *dev_alloc(size_t bytes)
 		exit(1);
 	}
 	CU(flow_cuda_malloc(&p, bytes, &g_diag));
+	/* Poisoned: every byte 0xff, so a float is a NaN until a kernel writes
+	 * it, and an element a forward kernel leaves unwritten fails the
+	 * comparison (NaN is never within tolerance). */
+	RT(cudaMemset(p, 0xff, bytes));
 	g_dev[g_ndev++] = p;
 	return p;
 }
