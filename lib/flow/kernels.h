@@ -142,6 +142,18 @@ typedef void flow_adamw_update_fn(float *param, const float *grad, float *m,
 				  float *v, size_t n,
 				  const flow_adamw_params_t *hp, uint64_t t,
 				  bool decay);
+/* The same update of ntensors tensors at once (on a GPU, one launch for
+ * all of them instead of one per tensor): tensor i has counts[i] elements
+ * at params[i], grads[i], m[i] and v[i], and decays when decay[i]; each
+ * element gets exactly flow_adamw_update_fn's arithmetic.  The arrays are
+ * host memory, the tensors the set's device's. */
+typedef void flow_adamw_update_all_fn(float *const *params,
+				      const float *const *grads,
+				      float *const *m, float *const *v,
+				      const size_t *counts, const bool *decay,
+				      size_t ntensors,
+				      const flow_adamw_params_t *hp,
+				      uint64_t t);
 
 /* ---- global gradient-norm clipping --------------------------------------- */
 /* Sum of squares of n floats, accumulated in double in an order that
@@ -206,6 +218,9 @@ typedef struct flow_kernels {
 	flow_residual_backward_fn *residual_backward;
 	flow_cross_entropy_forward_backward_fn *cross_entropy_forward_backward;
 	flow_adamw_update_fn *adamw_update;
+	/* Optional (NULL in the host sets, whose per-tensor calls cost
+	 * nothing extra): callers then call adamw_update per tensor. */
+	flow_adamw_update_all_fn *adamw_update_all;
 	flow_sum_squares_fn *sum_squares;
 	flow_scale_fn *scale;
 	flow_clip_grad_norm_fn *clip_grad_norm;

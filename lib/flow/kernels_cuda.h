@@ -236,6 +236,15 @@ FLOW_EXPORT flow_err_t flow_cuda_adamw_update(float *param, const float *grad,
 					      flow_diag_t *diag,
 					      cudaStream_t stream) FLOW_MUST_CHECK;
 
+/* The update of ntensors tensors in one launch (flow_adamw_update_all_fn):
+ * the arrays are host memory, read before return; a tile of 65536
+ * elements per block. */
+FLOW_EXPORT flow_err_t flow_cuda_adamw_update_all(
+	float *const *params, const float *const *grads, float *const *m,
+	float *const *v, const size_t *counts, const bool *decay,
+	size_t ntensors, const flow_adamw_params_t *hp, uint64_t t,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+
 /* ---- global gradient-norm clipping --------------------------------------- */
 /* Sum of squares of n floats (squares and sums in double, fixed order) into
  * *sum_out, ONE double in DEVICE memory (so no synchronisation). */

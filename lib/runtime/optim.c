@@ -17,6 +17,8 @@ struct flow_adamw {
 	float **grads;     /* per parameter: its gradient (shard) in exec */
 	size_t *begins;    /* per parameter: first element updated */
 	size_t *counts;    /* per parameter: elements updated */
+	float **updated;   /* per parameter: its first element updated */
+	bool *decays;      /* per parameter: weight decay applies */
 };
 
 float flow_lr_at(const flow_lr_schedule_t *s, uint64_t step)
@@ -48,6 +50,8 @@ void flow_adamw_free(flow_adamw_t *opt)
 	free(opt->grads);
 	free(opt->begins);
 	free(opt->counts);
+	free(opt->updated);
+	free(opt->decays);
 	free(opt->params);
 	free(opt);
 }
@@ -79,8 +83,10 @@ flow_err_t flow_adamw_new_sharded(flow_exec_t *exec,
 	opt->grads = calloc(n, sizeof *opt->grads);
 	opt->begins = calloc(n, sizeof *opt->begins);
 	opt->counts = calloc(n, sizeof *opt->counts);
+	opt->updated = calloc(n, sizeof *opt->updated);
+	opt->decays = calloc(n, sizeof *opt->decays);
 	if (!opt->params || !opt->m || !opt->v || !opt->grads ||
-	    !opt->begins || !opt->counts)
+	    !opt->begins || !opt->counts || !opt->updated || !opt->decays)
 		goto out_free;
 	size_t i = 0;
 	for (size_t t = 0; t < g->ntensors; t++) {
@@ -100,6 +106,9 @@ flow_err_t flow_adamw_new_sharded(flow_exec_t *exec,
 		if (!opt->m[i] || !opt->v[i] || !opt->grads[i])
 			goto out_free;
 		opt->grads[i] += opt->begins[i];
+		opt->updated[i] = (float *)flow_exec_tensor(exec, (int)t) +
+				  opt->begins[i];
+		opt->decays[i] = p->decay;
 		i++;
 	}
 	*opt_out = opt;
@@ -115,18 +124,19 @@ out_nomem:
 
 void flow_adamw_step(flow_adamw_t *opt, uint64_t t, float lr)
 {
-	const flow_graph_t *g = flow_exec_graph(opt->exec);
 	const flow_kernels_t *k = flow_exec_kernels(opt->exec);
 	flow_adamw_params_t hp = opt->hp;
 	hp.lr = lr;
-	for (size_t i = 0; i < opt->nparams; i++) {
-		int p = opt->params[i];
-		float *param = flow_exec_tensor(opt->exec, p);
-		k->adamw_update(param + opt->begins[i],
-				      opt->grads[i], opt->m[i], opt->v[i],
-				      opt->counts[i], &hp, t,
-				      g->tensors[p].decay);
+	if (k->adamw_update_all) { /* one launch for all */
+		k->adamw_update_all(opt->updated, (const float *const *)opt->grads,
+				    opt->m, opt->v, opt->counts, opt->decays,
+				    opt->nparams, &hp, t);
+		return;
 	}
+	for (size_t i = 0; i < opt->nparams; i++)
+		k->adamw_update(opt->updated[i], opt->grads[i], opt->m[i],
+				opt->v[i], opt->counts[i], &hp, t,
+				opt->decays[i]);
 }
 
 static ptrdiff_t adamw_slot(const flow_adamw_t *opt, int param)

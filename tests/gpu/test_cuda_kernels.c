@@ -44,8 +44,9 @@
  *   the targets negative): both sum exp in double; expf differs by <= 2 ulp:
  *   losses atol 1e-5 rtol 1e-5, dlogits atol 1e-9 rtol 1e-4 (the padding
  *   and ignored rows must be 0 within 1e-9).
- * - adamw: the same float operations in the same order (IEEE sqrt and
- *   division on both sides): atol 1e-7, rtol 1e-6 (param, m, v).
+ * - adamw, and its one-launch form over several tensors: the same float
+ *   operations in the same order (IEEE sqrt and division on both sides):
+ *   atol 1e-7, rtol 1e-6 (param, m, v).
  * - sum_squares: squares and sums in double, different order: rtol 1e-9;
  *   clip_grad_norm: norm rtol 1e-6, clipped gradients atol 1e-7 rtol 1e-6.
  */
@@ -617,6 +618,54 @@ static void test_adamw(bool decay, uint64_t t)
 	free_all();
 }
 
+/* The one-launch update of several tensors, sizes across the 65536-element
+ * tile (one partial tile, several, none), decay on and off: each as the
+ * CPU's per-tensor update. */
+static void test_adamw_all(void)
+{
+	static const size_t counts[] = { 7, 65536, 65537, 0, 300000 };
+	static const bool decay[] = { true, false, true, true, false };
+	enum { NT = sizeof(counts) / sizeof(counts[0]) };
+	const flow_adamw_params_t hp = { .lr = 6e-4f, .beta1 = 0.9f,
+					 .beta2 = 0.95f, .eps = 1e-8f,
+					 .weight_decay = 0.1f };
+	float *p[NT], *g[NT], *m[NT], *v[NT];
+	float *dp[NT], *dg[NT], *dm[NT], *dv[NT];
+	check_t c;
+	double us = 0.0;
+
+	for (int i = 0; i < NT; i++) {
+		size_t n = counts[i] ? counts[i] : 1;
+		p[i] = host_rand(n, -1.0f, 1.0f);
+		g[i] = host_rand(n, -1.0f, 1.0f);
+		m[i] = host_rand(n, -0.1f, 0.1f);
+		v[i] = host_rand(n, 0.0f, 0.01f);
+		dp[i] = dev_floats(p[i], n);
+		dg[i] = dev_floats(g[i], n);
+		dm[i] = dev_floats(m[i], n);
+		dv[i] = dev_floats(v[i], n);
+	}
+	check_init(&c, "adamw_update_all_t3");
+	for (int i = 0; i < NT; i++)
+		flow_cpu_adamw_update(p[i], g[i], m[i], v[i], counts[i], &hp, 3,
+				      decay[i]);
+	CU(flow_cuda_adamw_update_all(dp, (const float *const *)dg, dm, dv,
+				      counts, decay, NT, &hp, 3, &g_diag,
+				      g_stream));
+	for (int i = 0; i < NT; i++) {
+		if (counts[i] == 0) /* nothing to update, nothing to check */
+			continue;
+		check_floats(&c, "param", p[i], dp[i], counts[i], 1e-7, 1e-6);
+		check_floats(&c, "m", m[i], dm[i], counts[i], 1e-7, 1e-6);
+		check_floats(&c, "v", v[i], dv[i], counts[i], 1e-7, 1e-6);
+	}
+	TIME_US(us, flow_cuda_adamw_update_all(dp, (const float *const *)dg,
+					       dm, dv, counts, decay, NT, &hp,
+					       3, &g_diag, g_stream));
+	report(&c, us);
+	free_all();
+}
+
 static void test_grad_norm(void)
 {
 	/* Sizes that exercise one partial block, many, and the block cap. */
@@ -775,6 +824,7 @@ int main(void)
 	test_cross_entropy();
 	test_adamw(true, 1);
 	test_adamw(false, 10);
+	test_adamw_all();
 	test_grad_norm();
 	bench_matmul();
 

@@ -135,14 +135,17 @@ static void test_exec_kernel_tables_are_filled(void **state)
 	ASSERT_MEMBER(scale);
 	ASSERT_MEMBER(clip_grad_norm);
 #undef ASSERT_MEMBER
-	/* Host kernels run to completion and cannot fail: no last(). */
+	/* Host kernels run to completion and cannot fail: no last(); their
+	 * per-tensor AdamW costs nothing extra: no adamw_update_all. */
 	assert_null(cpu->last);
 	assert_null(ref->last);
-	/* The name, one pointer per kernel and last, nothing else: a member
-	 * added to the table must be added above. */
+	assert_null(cpu->adamw_update_all);
+	assert_null(ref->adamw_update_all);
+	/* The name, one pointer per kernel and the two optional members,
+	 * nothing else: a member added to the table must be added above. */
 	assert_int_equal(sizeof(flow_kernels_t),
 			 sizeof(const char *) +
-				 (size_t)(members + 1) * sizeof(cpu->scale));
+				 (size_t)(members + 2) * sizeof(cpu->scale));
 }
 
 /* x -> matmul (fc) -> gelu (act), differentiated from act's output: the

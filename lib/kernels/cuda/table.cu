@@ -152,6 +152,15 @@ void adamw_update(float *param, const float *grad, float *m, float *v,
 				       diag, STREAM));
 }
 
+void adamw_update_all(float *const *params, const float *const *grads,
+		      float *const *m, float *const *v, const size_t *counts,
+		      const bool *decay, size_t ntensors,
+		      const flow_adamw_params_t *hp, uint64_t t)
+{
+	ENQUEUE(flow_cuda_adamw_update_all(params, grads, m, v, counts, decay,
+					   ntensors, hp, t, diag, STREAM));
+}
+
 /* The table's sum_squares returns its value, so this one waits: a
  * measurement, not a step of the training loop. */
 double sum_squares(const float *x, size_t n)
@@ -241,6 +250,7 @@ extern "C" const flow_kernels_t flow_cuda_kernels = {
 	residual_backward,
 	cross_entropy_forward_backward,
 	adamw_update,
+	adamw_update_all,
 	sum_squares,
 	scale,
 	clip_grad_norm,
