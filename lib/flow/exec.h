@@ -64,6 +64,11 @@ typedef struct flow_exec_storage {
 	 * is kept, as a kernel's, for the kernel set's last(). */
 	void (*copy_in)(void *dst, const void *src, size_t bytes);
 	void (*copy_out)(void *dst, const void *src, size_t bytes);
+	/* Host memory this storage copies to and from fastest (page-locked
+	 * for a GPU, so that its copies run at the link's speed), or NULL
+	 * when out of memory; given back with host_free (NULL is ignored). */
+	void *(*host_alloc)(size_t bytes);
+	void (*host_free)(void *ptr);
 } flow_exec_storage_t;
 
 /* Host memory: flow_calloc, flow_free (flow/mem.h) and memset.  The

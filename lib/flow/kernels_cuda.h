@@ -288,6 +288,10 @@ FLOW_EXPORT void flow_cuda_storage_copy_in(void *dst, const void *src,
 					   size_t bytes);
 FLOW_EXPORT void flow_cuda_storage_copy_out(void *dst, const void *src,
 					    size_t bytes);
+/* Page-locked host memory (cudaMallocHost), NULL when out of memory;
+ * cudaFreeHost once the thread's stream is idle. */
+FLOW_EXPORT void *flow_cuda_storage_host_alloc(size_t bytes);
+FLOW_EXPORT void flow_cuda_storage_host_free(void *ptr);
 /* The storage's caching allocator of device (flow/caching_alloc.h): all
  * zero before its first allocation. */
 FLOW_EXPORT flow_err_t flow_cuda_storage_stats(int device,

@@ -24,6 +24,11 @@ static void host_copy(void *dst, const void *src, size_t bytes)
 		memcpy(dst, src, bytes);
 }
 
+static void *host_staging(size_t bytes)
+{
+	return flow_alloc(bytes ? bytes : 1);
+}
+
 const flow_exec_storage_t flow_exec_storage_host = {
 	.name = "host",
 	.host_addressable = true,
@@ -32,6 +37,8 @@ const flow_exec_storage_t flow_exec_storage_host = {
 	.zero = host_zero,
 	.copy_in = host_copy,
 	.copy_out = host_copy,
+	.host_alloc = host_staging,
+	.host_free = flow_free,
 };
 
 const flow_exec_storage_t flow_exec_storage_staged = {
@@ -42,4 +49,6 @@ const flow_exec_storage_t flow_exec_storage_staged = {
 	.zero = host_zero,
 	.copy_in = host_copy,
 	.copy_out = host_copy,
+	.host_alloc = host_staging,
+	.host_free = flow_free,
 };

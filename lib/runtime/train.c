@@ -245,9 +245,10 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 	t->targets = flow_graph_find(&t->graph, "targets");
 	if (!flow_exec_storage(t->exec)->host_addressable) {
 		/* The loader fills host memory; a device's batch is copied up. */
+		const flow_exec_storage_t *st = flow_exec_storage(t->exec);
 		size_t bytes = flow_graph_tensor_bytes(&t->graph, t->tokens);
-		t->tokens_host = malloc(bytes ? bytes : 1);
-		t->targets_host = malloc(bytes ? bytes : 1);
+		t->tokens_host = st->host_alloc(bytes);
+		t->targets_host = st->host_alloc(bytes);
 		if (!t->tokens_host || !t->targets_host)
 			return flow_diag_set(diag, FLOW_ERR_NOMEM,
 					     "out of memory for the batch's "
@@ -351,6 +352,12 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_atomic_file_abort(t->batches);
 	flow_loader_free(t->val);
 	flow_loader_free(t->train);
+	if (t->exec) { /* host buffers of the executor's storage */
+		const flow_exec_storage_t *st = flow_exec_storage(t->exec);
+		st->host_free(t->tokens_host);
+		st->host_free(t->targets_host);
+		st->host_free(t->staging);
+	}
 	flow_grad_sync_free(t->grad_sync);
 	flow_adamw_free(t->opt);
 	flow_zero_free(t->zero);
@@ -362,8 +369,6 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_comm_free(t->world_nccl);
 	flow_comm_free(t->dp_owned);
 	free(t->resumed_path);
-	free(t->tokens_host);
-	free(t->targets_host);
 	free(t);
 }
 

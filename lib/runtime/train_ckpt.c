@@ -115,21 +115,32 @@ static void ckpt_part(const flow_trainer_t *t, const flow_zero_param_t *zp,
 	}
 }
 
-/* A host buffer for part's elements when the executor's storage is a
- * device's (*host_out NULL otherwise): checkpoints stream through it one
- * tensor at a time, in the same format whatever wrote them. */
+/* The host buffer part's elements pass through when the executor's
+ * storage is a device's (*host_out NULL otherwise): checkpoints stream
+ * through the trainer's one staging buffer (page-locked on a GPU), grown
+ * to the largest part, one tensor at a time, in the same format whatever
+ * wrote them. */
 static flow_err_t part_staging(flow_trainer_t *t, const ckpt_part_t *part,
 			       const char *name, float **host_out,
 			       flow_diag_t *diag)
 {
+	const flow_exec_storage_t *st = flow_exec_storage(t->exec);
 	size_t bytes = (size_t)flow_box_numel(part->box) * sizeof(float);
 	*host_out = NULL;
-	if (flow_exec_storage(t->exec)->host_addressable)
+	if (st->host_addressable)
 		return FLOW_OK;
-	if (!(*host_out = flow_alloc(bytes ? bytes : 1)))
-		return flow_diag_set(diag, FLOW_ERR_NOMEM,
-				     "out of memory for the %zu-byte host copy "
-				     "of '%s'", bytes, name);
+	if (bytes > t->staging_bytes) {
+		float *p = st->host_alloc(bytes);
+		if (!p)
+			return flow_diag_set(diag, FLOW_ERR_NOMEM,
+					     "out of memory for the %zu-byte "
+					     "host copy of '%s'",
+					     bytes, name);
+		st->host_free(t->staging);
+		t->staging = p;
+		t->staging_bytes = bytes;
+	}
+	*host_out = t->staging;
 	return FLOW_OK;
 }
 
@@ -160,7 +171,6 @@ static flow_err_t add_part(flow_trainer_t *t, flow_ckpt_writer_t *w,
 	if (err == FLOW_OK)
 		err = flow_ckpt_writer_add(w, &d, part.box,
 					   host ? host : part.data, diag);
-	flow_free(host);
 	return err;
 }
 
@@ -283,7 +293,6 @@ static flow_err_t read_part(flow_trainer_t *t, const flow_ckpt_t *ck,
 					(size_t)flow_box_numel(part->box) *
 						sizeof(float),
 					diag);
-	flow_free(host);
 	return err;
 }
 

@@ -43,6 +43,9 @@ struct flow_trainer {
 	int tokens, targets;            /* input tensors */
 	int32_t *tokens_host, *targets_host; /* a device's batch, filled on
 					 * the host (NULL: the tensors) */
+	float *staging;                 /* a device's checkpoint tensors pass
+					 * through it, one at a time */
+	size_t staging_bytes;
 	flow_gpu_binding_t gpu;         /* --device cuda: this rank's GPU */
 	flow_cuda_device_info_t gpu_info;
 	const char *peak_source;        /* the datasheet of the MFU peak */

@@ -35,6 +35,8 @@ static const flow_exec_storage_t storage = {
 	.zero = flow_cuda_storage_zero,
 	.copy_in = flow_cuda_storage_copy_in,
 	.copy_out = flow_cuda_storage_copy_out,
+	.host_alloc = flow_cuda_storage_host_alloc,
+	.host_free = flow_cuda_storage_host_free,
 };
 
 static const flow_cuda_module_t module = {

@@ -355,6 +355,26 @@ flow_err_t flow_cuda_storage_stats(int device, flow_alloc_stats_t *stats_out,
 	return FLOW_OK;
 }
 
+void *flow_cuda_storage_host_alloc(size_t bytes)
+{
+	void *p = nullptr;
+	/* Page-locked: copies from and to it need no staging of the driver's. */
+	if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return nullptr;
+	}
+	return p;
+}
+
+void flow_cuda_storage_host_free(void *ptr)
+{
+	if (ptr) {
+		/* A copy in flight may still read it. */
+		(void)cudaStreamSynchronize(STREAM);
+		(void)cudaFreeHost(ptr);
+	}
+}
+
 void flow_cuda_storage_zero(void *ptr, size_t bytes)
 {
 	ENQUEUE(flow_cuda_zero(ptr, bytes, diag, STREAM));
