@@ -69,6 +69,15 @@ typedef struct flow_exec_storage {
 	 * when out of memory; given back with host_free (NULL is ignored). */
 	void *(*host_alloc)(size_t bytes);
 	void (*host_free)(void *ptr);
+	/* Events, for a storage whose kernels run asynchronously (NULL in
+	 * the host's, whose kernels have finished when they return): a new
+	 * one (NULL when none can be made); record it after the work the
+	 * calling thread has enqueued so far; wait on the host, from any
+	 * thread, until that work is done; free it. */
+	void *(*event_new)(void);
+	void (*event_record)(void *event);
+	void (*event_wait)(void *event);
+	void (*event_free)(void *event);
 } flow_exec_storage_t;
 
 /* Host memory: flow_calloc, flow_free (flow/mem.h) and memset.  The

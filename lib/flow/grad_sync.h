@@ -3,7 +3,11 @@
  * as the backward pass has completed it, while the pass goes on with the
  * layers below.  What the trainer does on the last micro-batch of a step
  * when the data-parallel group sums whole gradients (no ZeRO split, no
- * graph of shards) in host memory.
+ * graph of shards): in host memory over a CPU communicator, or on a GPU
+ * over NCCL, where the executor records an event after each bucket's
+ * launch op and the thread waits for it before the bucket's all-reduce,
+ * which then runs on NCCL's stream while the backward kernels go on on
+ * theirs.
  *
  * The sums are those of flow_all_reduce over each gradient, in bucket
  * order on every rank, so the bits are the same as summing after the
@@ -26,10 +30,12 @@ extern "C" {
 typedef struct flow_grad_sync flow_grad_sync_t;
 
 /* The buckets of exec's graph at capacity bytes (> 0), summed over comm
- * (a CPU communicator; exec's storage the host's), and the thread that
- * sums them.  FLOW_OK and *sync_out (free with flow_grad_sync_free);
- * flow_grad_buckets_new's errors; FLOW_ERR_USAGE for a device storage or
- * an NCCL communicator; FLOW_ERR_NOMEM or FLOW_ERR_IO (the thread). */
+ * (a CPU communicator over the host's storage, or an NCCL one over a
+ * device's with events), and the thread that sums them.  FLOW_OK and
+ * *sync_out (free with flow_grad_sync_free); flow_grad_buckets_new's
+ * errors; FLOW_ERR_USAGE for another pairing (a CPU communicator over a
+ * device: the staged sums of flow/zero.h serve it); FLOW_ERR_NOMEM or
+ * FLOW_ERR_IO (the thread). */
 FLOW_EXPORT flow_err_t flow_grad_sync_new(flow_exec_t *exec, flow_comm_t *comm,
 					  size_t capacity,
 					  flow_grad_sync_t **sync_out,

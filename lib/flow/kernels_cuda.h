@@ -288,6 +288,12 @@ FLOW_EXPORT void flow_cuda_storage_copy_in(void *dst, const void *src,
 					   size_t bytes);
 FLOW_EXPORT void flow_cuda_storage_copy_out(void *dst, const void *src,
 					    size_t bytes);
+/* Events without timing on the thread's stream (cudaEventRecord), waited
+ * for with cudaEventSynchronize from any thread. */
+FLOW_EXPORT void *flow_cuda_storage_event_new(void);
+FLOW_EXPORT void flow_cuda_storage_event_record(void *event);
+FLOW_EXPORT void flow_cuda_storage_event_wait(void *event);
+FLOW_EXPORT void flow_cuda_storage_event_free(void *event);
 /* Page-locked host memory (cudaMallocHost), NULL when out of memory;
  * cudaFreeHost once the thread's stream is idle. */
 FLOW_EXPORT void *flow_cuda_storage_host_alloc(size_t bytes);

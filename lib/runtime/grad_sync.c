@@ -1,7 +1,9 @@
 /* Overlapped data-parallel gradient sums (flow/grad_sync.h): the
- * executor's op hook releases buckets in order as their launch ops run; a
- * communication thread all-reduces the released ones, one gradient after
- * another, while the executor goes on.  Two counters under one lock say
+ * executor's op hook releases buckets in order as their launch ops run (on
+ * a device, after recording an event behind the kernels enqueued so far);
+ * a communication thread all-reduces the released ones, one gradient
+ * after another (on a device once the bucket's event has happened), while
+ * the executor goes on.  Two counters under one lock say
  * where each side is: released (buckets the pass has completed) and done
  * (buckets summed); the thread sleeps while they are equal. */
 #include <config.h>
@@ -10,11 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <flow/device.h>
 #include <flow/grad_sync.h>
 
 struct flow_grad_sync {
 	flow_exec_t *exec;
+	const flow_exec_storage_t *storage;
 	flow_comm_t *comm;
+	void **events;          /* [nbuckets] on a device: each bucket's
+				 * gradients are written once its event is */
 	flow_grad_buckets_t *buckets;
 	int *launched_after;    /* [nbuckets]: the op that released each */
 	pthread_t thread;
@@ -46,6 +52,14 @@ static flow_err_t sum_bucket(flow_grad_sync_t *s, size_t b, flow_diag_t *diag)
 static void *sync_thread(void *arg)
 {
 	flow_grad_sync_t *s = arg;
+	if (s->events) {
+		/* NCCL calls run on the communicator's device; a failure to
+		 * select it is the first collective's to report. */
+		flow_diag_t ignored = FLOW_DIAG_INIT;
+		flow_err_t selected = flow_cuda_select(flow_comm_device(s->comm),
+						       &ignored);
+		(void)selected;
+	}
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		while (!s->stop && s->done == s->released)
@@ -56,6 +70,8 @@ static void *sync_thread(void *arg)
 		bool skip = s->err != FLOW_OK;
 		pthread_mutex_unlock(&s->lock);
 		flow_diag_t diag = FLOW_DIAG_INIT;
+		if (s->events && !skip) /* the backward pass has written it */
+			s->storage->event_wait(s->events[b]);
 		flow_err_t err = skip ? FLOW_OK : sum_bucket(s, b, &diag);
 		pthread_mutex_lock(&s->lock);
 		if (err != FLOW_OK && s->err == FLOW_OK) {
@@ -69,13 +85,26 @@ static void *sync_thread(void *arg)
 	return NULL;
 }
 
-/* Release the buckets whose launch op is op. */
+/* Give back the events made so far; s->events becomes NULL. */
+static void free_events(flow_grad_sync_t *s)
+{
+	for (size_t b = 0; s->events && b < s->buckets->nbuckets; b++)
+		if (s->events[b])
+			s->storage->event_free(s->events[b]);
+	free(s->events);
+	s->events = NULL;
+}
+
+/* Release the buckets whose launch op is op: on a device, after an event
+ * that marks the work enqueued so far, which the thread waits for. */
 static void release_after(flow_grad_sync_t *s, int op)
 {
 	size_t first, count;
 	flow_grad_buckets_after_op(s->buckets, op, &first, &count);
 	if (count == 0)
 		return;
+	for (size_t b = first; s->events && b < first + count; b++)
+		s->storage->event_record(s->events[b]);
 	pthread_mutex_lock(&s->lock);
 	for (size_t b = first; b < first + count; b++)
 		s->launched_after[b] = op;
@@ -95,15 +124,21 @@ flow_err_t flow_grad_sync_new(flow_exec_t *exec, flow_comm_t *comm,
 			      size_t capacity, flow_grad_sync_t **sync_out,
 			      flow_diag_t *diag)
 {
-	if (!flow_exec_storage(exec)->host_addressable ||
-	    flow_comm_backend(comm) != FLOW_COMM_CPU)
+	const flow_exec_storage_t *st = flow_exec_storage(exec);
+	bool host = st->host_addressable &&
+		    flow_comm_backend(comm) == FLOW_COMM_CPU;
+	bool device = !st->host_addressable && st->event_new &&
+		      flow_comm_backend(comm) == FLOW_COMM_NCCL;
+	if (!host && !device)
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "overlapped gradient sums need host "
-				     "memory and a CPU communicator");
+				     "memory and a CPU communicator, or a "
+				     "device's memory and NCCL");
 	flow_grad_sync_t *s = calloc(1, sizeof *s);
 	if (!s)
 		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
 	s->exec = exec;
+	s->storage = st;
 	s->comm = comm;
 	flow_err_t err = flow_grad_buckets_new(flow_exec_graph(exec), capacity,
 					       NULL, &s->buckets, diag);
@@ -112,10 +147,18 @@ flow_err_t flow_grad_sync_new(flow_exec_t *exec, flow_comm_t *comm,
 		return err;
 	}
 	size_t n = s->buckets->nbuckets ? s->buckets->nbuckets : 1;
-	if (!(s->launched_after = calloc(n, sizeof *s->launched_after))) {
+	s->launched_after = calloc(n, sizeof *s->launched_after);
+	if (device && s->launched_after && (s->events = calloc(n, sizeof *s->events)))
+		for (size_t b = 0; b < s->buckets->nbuckets && s->events; b++)
+			if (!(s->events[b] = st->event_new()))
+				free_events(s);
+	if (!s->launched_after || (device && !s->events)) {
+		free(s->launched_after);
 		flow_grad_buckets_free(s->buckets);
 		free(s);
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "out of memory for the gradient buckets' "
+				     "bookkeeping");
 	}
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->work, NULL);
@@ -125,6 +168,7 @@ flow_err_t flow_grad_sync_new(flow_exec_t *exec, flow_comm_t *comm,
 		pthread_cond_destroy(&s->idle);
 		pthread_cond_destroy(&s->work);
 		pthread_mutex_destroy(&s->lock);
+		free_events(s);
 		free(s->launched_after);
 		flow_grad_buckets_free(s->buckets);
 		free(s);
@@ -146,6 +190,7 @@ void flow_grad_sync_free(flow_grad_sync_t *s)
 	pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
 	pthread_join(s->thread, NULL);
+	free_events(s);
 	pthread_cond_destroy(&s->idle);
 	pthread_cond_destroy(&s->work);
 	pthread_mutex_destroy(&s->lock);

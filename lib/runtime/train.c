@@ -200,14 +200,17 @@ static flow_err_t trainer_build_local(flow_trainer_t *t, flow_diag_t *diag)
 	return err;
 }
 
-/* Whole gradients summed over a CPU group in host memory: their sums can
- * overlap the backward pass (flow/grad_sync.h). */
+/* Whole gradients summed over a CPU group in host memory, or over NCCL on
+ * a GPU: their sums can overlap the backward pass (flow/grad_sync.h). */
 static bool trainer_overlaps_grad_sync(const flow_trainer_t *t)
 {
-	return t->cfg.bucket_bytes > 0 && t->dp_size > 1 && !t->localized &&
-	       !t->zero->any_split &&
-	       flow_exec_storage(t->exec)->host_addressable &&
-	       flow_comm_backend(t->dp_data) == FLOW_COMM_CPU;
+	const flow_exec_storage_t *st = flow_exec_storage(t->exec);
+	if (t->cfg.bucket_bytes == 0 || t->dp_size == 1 || t->localized ||
+	    t->zero->any_split)
+		return false;
+	flow_comm_backend_t b = flow_comm_backend(t->dp_data);
+	return (st->host_addressable && b == FLOW_COMM_CPU) ||
+	       (!st->host_addressable && st->event_new && b == FLOW_COMM_NCCL);
 }
 
 static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)

@@ -139,7 +139,8 @@ static void test_grad_sync_refuses_a_device_storage(void **state)
 			 FLOW_ERR_USAGE);
 	assert_null(s);
 	assert_string_equal(diag.msg, "overlapped gradient sums need host memory "
-				      "and a CPU communicator");
+				      "and a CPU communicator, or a device's "
+				      "memory and NCCL");
 	flow_exec_free(x);
 	flow_graph_release(&g);
 }

@@ -82,6 +82,11 @@ FLOW_CUDA_HIDDEN flow_err_t flow_cuda__cublas(cublasHandle_t *handle_out,
 					      cudaStream_t stream,
 					      flow_diag_t *diag);
 
+/* cudaEventRecord as a flow_err_t. */
+FLOW_CUDA_HIDDEN flow_err_t flow_cuda__event_record(cudaEvent_t event,
+						    flow_diag_t *diag,
+						    cudaStream_t stream);
+
 /* FLOW_ERR_RANGE unless value <= limit; `what` names the size in the
  * message ("size 'n' = 3000000000 of 'flow_cuda_x' exceeds 2147483647"). */
 FLOW_CUDA_HIDDEN flow_err_t flow_cuda__check_size(flow_diag_t *diag,

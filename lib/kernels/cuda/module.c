@@ -37,6 +37,10 @@ static const flow_exec_storage_t storage = {
 	.copy_out = flow_cuda_storage_copy_out,
 	.host_alloc = flow_cuda_storage_host_alloc,
 	.host_free = flow_cuda_storage_host_free,
+	.event_new = flow_cuda_storage_event_new,
+	.event_record = flow_cuda_storage_event_record,
+	.event_wait = flow_cuda_storage_event_wait,
+	.event_free = flow_cuda_storage_event_free,
 };
 
 static const flow_cuda_module_t module = {

@@ -205,6 +205,15 @@ out:
 	return err;
 }
 
+flow_err_t flow_cuda__event_record(cudaEvent_t event, flow_diag_t *diag,
+				   cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	FLOW_CUDA_TRY(cudaEventRecord(event, stream), out);
+out:
+	return err;
+}
+
 flow_err_t flow_cuda_sync(cudaStream_t stream, flow_diag_t *diag)
 {
 	flow_err_t err = FLOW_OK;

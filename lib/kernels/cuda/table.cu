@@ -375,6 +375,35 @@ void flow_cuda_storage_host_free(void *ptr)
 	}
 }
 
+void *flow_cuda_storage_event_new(void)
+{
+	cudaEvent_t e = nullptr;
+	/* No timing: the cheapest kind to record and wait for. */
+	if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return nullptr;
+	}
+	return (void *)e;
+}
+
+void flow_cuda_storage_event_record(void *event)
+{
+	ENQUEUE(flow_cuda__event_record((cudaEvent_t)event, diag, STREAM));
+}
+
+void flow_cuda_storage_event_wait(void *event)
+{
+	/* A failure here is the stream's: last() reports it on the thread
+	 * that enqueued the work. */
+	(void)cudaEventSynchronize((cudaEvent_t)event);
+}
+
+void flow_cuda_storage_event_free(void *event)
+{
+	if (event)
+		(void)cudaEventDestroy((cudaEvent_t)event);
+}
+
 void flow_cuda_storage_zero(void *ptr, size_t bytes)
 {
 	ENQUEUE(flow_cuda_zero(ptr, bytes, diag, STREAM));
