@@ -597,26 +597,35 @@ if [ -s "$gpu_out" ]; then
 "
 fi
 
+# run_rows LABEL OUT SECONDS COMMAND...: run a program that prints one
+# 'NAME<TAB>yes|no<TAB>...' row per test into OUT (and gpu.log); count its
+# rows, and one failure more when it failed without a failed row.  Sets
+# rows_pass and rows_fail.
+run_rows() {
+	local label=$1 out=$2 secs=$3 rc=0
+	shift 3
+	timeout -k 10 "$secs" "$@" >"$out" 2>>"$logs/gpu.log" || rc=$?
+	{
+		echo "######## $label: exit $rc"
+		cat "$out"
+	} >>"$logs/gpu.log"
+	rows_pass=$(awk -F '\t' '$2 == "yes" {n++} END {print n + 0}' "$out")
+	rows_fail=$(awk -F '\t' '$2 == "no" {n++} END {print n + 0}' "$out")
+	passed=$((passed + rows_pass))
+	failed=$((failed + rows_fail))
+	if [ "$rc" -ne 0 ] && [ "$rows_fail" -eq 0 ]; then
+		note "FAILED: $label exit $rc without a failed row (see gpu.log)"
+		failed=$((failed + 1))
+	fi
+}
+
 # ---- 6a. the executor on the GPU ---------------------------------------------------------
 # tests/gpu/test_cuda_exec: a GPT graph on the CUDA set against the CPU set
 # (init, loss, every gradient, one AdamW step); one test per row.
 if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
 	exec_out=$build/exec.stdout
-	rc=0
-	timeout -k 10 "$(cap 90)" "$build/tests/gpu/test_cuda_exec" >"$exec_out" 2>>"$logs/gpu.log" || rc=$?
-	{
-		echo "######## tests/gpu/test_cuda_exec: exit $rc"
-		cat "$exec_out"
-	} >>"$logs/gpu.log"
-	e_pass=$(awk -F '\t' '$2 == "yes" {n++} END {print n + 0}' "$exec_out")
-	e_fail=$(awk -F '\t' '$2 == "no" {n++} END {print n + 0}' "$exec_out")
-	passed=$((passed + e_pass))
-	failed=$((failed + e_fail))
-	if [ "$rc" -ne 0 ] && [ "$e_fail" -eq 0 ]; then
-		note "FAILED: test_cuda_exec exit $rc without a failed row (see gpu.log)"
-		failed=$((failed + 1))
-	fi
-	note "GPU executor: $e_pass passed, $e_fail failed ($(grep -E '^# (loss|grad norm|device memory)' "$exec_out" | tr '\n' ' '))"
+	run_rows test_cuda_exec "$exec_out" "$(cap 90)" "$build/tests/gpu/test_cuda_exec"
+	note "GPU executor: $rows_pass passed, $rows_fail failed ($(grep -E '^# (loss|grad norm|device memory)' "$exec_out" | tr '\n' ' '))"
 fi
 
 # ---- 6b. NCCL collectives ------------------------------------------------------------------
@@ -664,22 +673,9 @@ if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
 		failed=$((failed + 1))
 	else
 		train_out=$build/train.stdout
-		rc=0
-		timeout -k 10 "$t" bash "$srcdir/tests/gpu/train.sh" "$build" "$build/gpu-train" \
-			>"$train_out" 2>>"$logs/gpu.log" || rc=$?
-		{
-			echo "######## tests/gpu/train.sh: exit $rc"
-			cat "$train_out"
-		} >>"$logs/gpu.log"
-		t_pass=$(awk -F '\t' '$2 == "yes" {n++} END {print n + 0}' "$train_out")
-		t_fail=$(awk -F '\t' '$2 == "no" {n++} END {print n + 0}' "$train_out")
-		passed=$((passed + t_pass))
-		failed=$((failed + t_fail))
-		if [ "$rc" -ne 0 ] && [ "$t_fail" -eq 0 ]; then
-			note "FAILED: tests/gpu/train.sh exit $rc without a failed row"
-			failed=$((failed + 1))
-		fi
-		note "GPU training: $t_pass passed, $t_fail failed"
+		run_rows tests/gpu/train.sh "$train_out" "$t" \
+			bash "$srcdir/tests/gpu/train.sh" "$build" "$build/gpu-train"
+		note "GPU training: $rows_pass passed, $rows_fail failed"
 		notes="$notes$(sed 's/^/  /' "$train_out")
 "
 	fi
