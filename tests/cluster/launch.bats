@@ -112,7 +112,10 @@ teardown() {
 	[ -z "$output" ]
 	# The survivors may be gone already when the launcher tells.
 	local launcher='^comm_check: rank 1 exited with status 3(; stopping the other [12] ranks?)?$'
-	[ "$(grep -cE "$launcher" <<<"$stderr")" -eq 1 ]
+	[ "$(grep -cE "$launcher" <<<"$stderr")" -eq 1 ] || {
+		echo "stderr: $stderr" >&2
+		false
+	}
 	# A survivor may still say what it saw before the launcher stopped it;
 	# then it names the same rank.
 	every_line_matches "$launcher|^comm_check: rank [02] \([^)]*\): peer rank 1 \(" "$stderr"

@@ -42,7 +42,8 @@
 
 static int g_checks, g_failed;
 
-static void die(const char *what, const flow_diag_t *diag)
+__attribute__((noreturn)) static void die(const char *what,
+					  const flow_diag_t *diag)
 {
 	fflush(stdout);
 	fprintf(stderr, PROG ": %s: %s\n", what, flow_diag_message(diag));
