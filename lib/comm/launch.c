@@ -318,13 +318,15 @@ static double now_s(void)
 static void say(const launch_t *l, const char *fmt, ...) FLOW_PRINTF(2, 3);
 static void say(const launch_t *l, const char *fmt, ...)
 {
+	/* The whole line in one write: the ranks share this stderr, and a
+	 * line written in pieces can be cut by theirs. */
+	char line[FLOW_DIAG_MAX + 64];
 	va_list ap;
 	fflush(stdout);
-	fprintf(stderr, "%s: ", l->prog);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(line, sizeof line, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	fprintf(stderr, "%s: %s\n", l->prog, line);
 }
 
 static const char *plural(int n)
