@@ -82,7 +82,6 @@ SEQ_LEN=${SEQ_LEN:-1024}
 BATCH_PER_GPU=${BATCH_PER_GPU:-16} # sequences per rank per micro-batch
 GRAD_ACCUM=${GRAD_ACCUM:-2}     # micro-batches per step
 ZERO=${ZERO:-0}                 # 1: shard AdamW's state over the ranks
-				# (not over NCCL yet: add --comm cpu)
 PRECISION=${PRECISION:-fp32}    # bf16 once flow-train has it (refused now)
 STEPS=${STEPS:-5000}
 LR=${LR:-6e-4}

@@ -64,6 +64,9 @@ typedef struct flow_exec_storage {
 	 * is kept, as a kernel's, for the kernel set's last(). */
 	void (*copy_in)(void *dst, const void *src, size_t bytes);
 	void (*copy_out)(void *dst, const void *src, size_t bytes);
+	/* bytes from src to dst, both in this storage, in order with the
+	 * kernels; a failure kept as copy_in's. */
+	void (*copy)(void *dst, const void *src, size_t bytes);
 	/* Host memory this storage copies to and from fastest (page-locked
 	 * for a GPU, so that its copies run at the link's speed), or NULL
 	 * when out of memory; given back with host_free (NULL is ignored). */
@@ -125,6 +128,10 @@ FLOW_EXPORT flow_err_t flow_exec_copy_in(flow_exec_t *exec, void *dst,
 FLOW_EXPORT flow_err_t flow_exec_copy_out(flow_exec_t *exec, void *dst,
 					  const void *src, size_t bytes,
 					  flow_diag_t *diag) FLOW_MUST_CHECK;
+/* bytes from src to dst, both in the executor's storage; waited for. */
+FLOW_EXPORT flow_err_t flow_exec_copy(flow_exec_t *exec, void *dst,
+				      const void *src, size_t bytes,
+				      flow_diag_t *diag) FLOW_MUST_CHECK;
 /* Copy all of tensor t from host memory src, or into host memory dst,
  * whatever the storage (flow_graph_tensor_bytes(g, t) bytes).  FLOW_OK,
  * or a device failure with its line in diag. */

@@ -288,6 +288,8 @@ FLOW_EXPORT void flow_cuda_storage_copy_in(void *dst, const void *src,
 					   size_t bytes);
 FLOW_EXPORT void flow_cuda_storage_copy_out(void *dst, const void *src,
 					    size_t bytes);
+FLOW_EXPORT void flow_cuda_storage_copy(void *dst, const void *src,
+					size_t bytes);
 /* Events without timing on the thread's stream (cudaEventRecord), waited
  * for with cudaEventSynchronize from any thread. */
 FLOW_EXPORT void *flow_cuda_storage_event_new(void);

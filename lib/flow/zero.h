@@ -55,11 +55,16 @@ typedef struct flow_zero {
 	flow_zero_param_t *params; /* the graph's parameters, in graph order */
 	bool any_split;       /* some parameter has split moments */
 	bool params_stale;    /* split parameters changed since gathered */
-	float *scratch;       /* a shard or a whole parameter */
-	/* Host copies of the largest parameter, made on first need: what a
-	 * CPU communicator moves when the executor's storage is a device's
-	 * (flow-train --comm cpu on CUDA). */
-	float *staging;
+	/* The largest parameter's room, made on first need where the
+	 * collectives land: in the executor's storage when its communicator
+	 * moves that memory (the host's over a CPU communicator, a device's
+	 * over NCCL), freed through that storage ... */
+	float *scratch;
+	const flow_exec_storage_t *scratch_storage;
+	/* ... or, when a CPU communicator serves a device's storage
+	 * (flow-train --comm cpu on a GPU), host copies: what it sends and
+	 * what it receives. */
+	float *staging, *host_scratch;
 	size_t largest;       /* elements of the largest parameter */
 } flow_zero_t;
 

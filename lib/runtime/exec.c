@@ -393,6 +393,13 @@ flow_err_t flow_exec_copy_out(flow_exec_t *x, void *dst, const void *src,
 	return exec_finish(x, diag);
 }
 
+flow_err_t flow_exec_copy(flow_exec_t *x, void *dst, const void *src,
+			  size_t bytes, flow_diag_t *diag)
+{
+	x->storage->copy(dst, src, bytes);
+	return exec_finish(x, diag);
+}
+
 flow_err_t flow_exec_tensor_upload(flow_exec_t *x, int t, const void *src,
 				   flow_diag_t *diag)
 {

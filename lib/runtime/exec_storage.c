@@ -37,6 +37,7 @@ const flow_exec_storage_t flow_exec_storage_host = {
 	.zero = host_zero,
 	.copy_in = host_copy,
 	.copy_out = host_copy,
+	.copy = host_copy,
 	.host_alloc = host_staging,
 	.host_free = flow_free,
 };
@@ -49,6 +50,7 @@ const flow_exec_storage_t flow_exec_storage_staged = {
 	.zero = host_zero,
 	.copy_in = host_copy,
 	.copy_out = host_copy,
+	.copy = host_copy,
 	.host_alloc = host_staging,
 	.host_free = flow_free,
 };

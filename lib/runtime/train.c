@@ -233,10 +233,6 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 		err = flow_zero_new(c->plan, &t->graph,
 				    t->localized ? &t->local : NULL,
 				    t->dp_rank, t->dp_size, &t->zero, diag);
-	if (err == FLOW_OK && t->world_nccl && t->zero->any_split)
-		err = flow_diag_set(diag, FLOW_ERR_NOTSUP,
-				    "ZeRO shards do not move over NCCL yet: "
-				    "pass --comm cpu");
 	if (err == FLOW_OK)
 		err = trainer_new_optimizer(t, diag);
 	if (err == FLOW_OK && trainer_overlaps_grad_sync(t))

@@ -153,8 +153,6 @@ flow_err_t flow_zero_new(const flow_plan_t *plan, const flow_graph_t *g,
 			largest = zp->numel;
 	}
 	z->largest = largest;
-	if (z->any_split && !(z->scratch = flow_calloc(largest, sizeof(float))))
-		goto nomem;
 	*zero_out = z;
 	return FLOW_OK;
 nomem:
@@ -171,8 +169,10 @@ void flow_zero_free(flow_zero_t *z)
 	for (size_t i = 0; i < z->nparams; i++)
 		free(z->params[i].counts);
 	free(z->params);
-	flow_free(z->scratch);
+	if (z->scratch_storage)
+		z->scratch_storage->free(z->scratch);
 	flow_free(z->staging);
+	flow_free(z->host_scratch);
 	free(z);
 }
 
@@ -216,6 +216,42 @@ static flow_err_t host_view(flow_zero_t *z, flow_comm_t *comm,
 				  (n - skip) * sizeof(float), diag);
 }
 
+/* Where a reduce-scatter or all-gather of comm over exec's tensors lands
+ * (the largest parameter's room): host memory when staged, else the
+ * storage's own. */
+static flow_err_t landing(flow_zero_t *z, flow_comm_t *comm,
+			  flow_exec_t *exec, float **out, flow_diag_t *diag)
+{
+	size_t bytes = z->largest * sizeof(float);
+	if (staged(comm, exec)) {
+		if (!z->host_scratch && !(z->host_scratch = flow_alloc(bytes)))
+			goto nomem;
+		*out = z->host_scratch;
+		return FLOW_OK;
+	}
+	if (!z->scratch) {
+		const flow_exec_storage_t *st = flow_exec_storage(exec);
+		if (!(z->scratch = st->alloc(bytes)))
+			goto nomem;
+		z->scratch_storage = st;
+	}
+	*out = z->scratch;
+	return FLOW_OK;
+nomem:
+	return flow_diag_set(diag, FLOW_ERR_NOMEM,
+			     "out of memory for the %zu-byte room of ZeRO's "
+			     "collectives", bytes);
+}
+
+/* n floats from the landing room into p of exec's storage. */
+static flow_err_t land(flow_comm_t *comm, flow_exec_t *exec, float *p,
+		       const float *room, size_t n, flow_diag_t *diag)
+{
+	return staged(comm, exec)
+		       ? flow_exec_copy_in(exec, p, room, n * sizeof(float), diag)
+		       : flow_exec_copy(exec, p, room, n * sizeof(float), diag);
+}
+
 /* n floats of host memory src into p of exec's storage (a memcpy when
  * the host addresses it). */
 static flow_err_t store(flow_exec_t *exec, float *p, const float *src,
@@ -245,15 +281,16 @@ flow_err_t flow_zero_sync_grads(flow_zero_t *z, flow_comm_t *comm,
 				err = store(exec, grad, host, zp->numel, diag);
 			continue;
 		}
-		/* Not in place: through the scratch into the shard. */
+		/* Not in place: through the landing room into the shard. */
+		float *room = NULL;
 		if (err == FLOW_OK)
-			err = flow_reduce_scatter(comm, host, z->scratch,
-						  zp->counts, FLOW_DTYPE_F32,
-						  diag);
+			err = landing(z, comm, exec, &room, diag);
 		if (err == FLOW_OK)
-			err = flow_exec_copy_in(exec, grad + zp->begin,
-						z->scratch,
-						zp->count * sizeof(float), diag);
+			err = flow_reduce_scatter(comm, host, room, zp->counts,
+						  FLOW_DTYPE_F32, diag);
+		if (err == FLOW_OK)
+			err = land(comm, exec, grad + zp->begin, room, zp->count,
+				   diag);
 	}
 	return err;
 }
@@ -281,15 +318,16 @@ static flow_err_t gather_param(flow_zero_t *z, const flow_zero_param_t *zp,
 			       flow_diag_t *diag)
 {
 	float *param = flow_exec_tensor(exec, zp->tensor);
-	float *host = NULL;
+	float *host = NULL, *room = NULL;
 	flow_err_t err = host_view(z, comm, exec, param, zp->begin,
 				   zp->begin + zp->count, &host, diag);
 	if (err == FLOW_OK)
-		err = flow_all_gather(comm, host + zp->begin, z->scratch,
-				      zp->counts, FLOW_DTYPE_F32, diag);
+		err = landing(z, comm, exec, &room, diag);
 	if (err == FLOW_OK)
-		err = flow_exec_copy_in(exec, param, z->scratch,
-					zp->numel * sizeof(float), diag);
+		err = flow_all_gather(comm, host + zp->begin, room, zp->counts,
+				      FLOW_DTYPE_F32, diag);
+	if (err == FLOW_OK)
+		err = land(comm, exec, param, room, zp->numel, diag);
 	return err;
 }
 

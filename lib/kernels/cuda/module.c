@@ -35,6 +35,7 @@ static const flow_exec_storage_t storage = {
 	.zero = flow_cuda_storage_zero,
 	.copy_in = flow_cuda_storage_copy_in,
 	.copy_out = flow_cuda_storage_copy_out,
+	.copy = flow_cuda_storage_copy,
 	.host_alloc = flow_cuda_storage_host_alloc,
 	.host_free = flow_cuda_storage_host_free,
 	.event_new = flow_cuda_storage_event_new,

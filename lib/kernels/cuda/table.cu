@@ -424,6 +424,20 @@ out:
 	keep(err, diag);
 }
 
+void flow_cuda_storage_copy(void *dst, const void *src, size_t bytes)
+{
+	flow_err_t err = FLOW_OK;
+	flow_diag_t diag_ = FLOW_DIAG_INIT;
+	flow_diag_t *diag = &diag_;
+	if (ts.err != FLOW_OK || bytes == 0)
+		return;
+	FLOW_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+				      STREAM),
+		      out);
+out:
+	keep(err, diag);
+}
+
 void flow_cuda_storage_copy_out(void *dst, const void *src, size_t bytes)
 {
 	flow_err_t err = FLOW_OK;
