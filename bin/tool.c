@@ -132,28 +132,20 @@ bool flow_tool_common_option(flow_tool_t *tool, int opt, char *const argv[])
 
 void flow_tool_usage_error(const flow_tool_t *tool, const char *fmt, ...)
 {
-	char line[FLOW_DIAG_MAX + 64];
 	va_list ap;
-	fflush(stdout);
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
+	flow_log_say(tool->name, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "%s: %s\nTry '%s --help' for more information.\n",
-		tool->name, line, tool->name);
+	fprintf(stderr, "Try '%s --help' for more information.\n", tool->name);
 	exit(2);
 }
 
 void flow_tool_error(const flow_tool_t *tool, const char *fmt, ...)
 {
-	/* The whole line in one write: the ranks of a job share a stderr,
-	 * and lines written in pieces interleave. */
-	char line[FLOW_DIAG_MAX + 64];
 	va_list ap;
-	fflush(stdout);
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
+	flow_log_say(tool->name, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "%s: %s\n", tool->name, line);
 }
 
 int flow_tool_fail(const flow_tool_t *tool, const flow_diag_t *diag)

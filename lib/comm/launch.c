@@ -47,6 +47,7 @@
 #include "pmix_internal.h"
 
 #include <flow/launch.h>
+#include <flow/log.h>
 #include <flow/world.h>
 
 /* ---- the rank's command line (every build) ---------------------------- */
@@ -318,15 +319,10 @@ static double now_s(void)
 static void say(const launch_t *l, const char *fmt, ...) FLOW_PRINTF(2, 3);
 static void say(const launch_t *l, const char *fmt, ...)
 {
-	/* The whole line in one write: the ranks share this stderr, and a
-	 * line written in pieces can be cut by theirs. */
-	char line[FLOW_DIAG_MAX + 64];
 	va_list ap;
-	fflush(stdout);
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
+	flow_log_say(l->prog, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "%s: %s\n", l->prog, line);
 }
 
 static const char *plural(int n)

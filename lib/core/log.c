@@ -105,6 +105,14 @@ static void default_sink(flow_log_level_t level, const char *line,
 	fprintf(stderr, "%s\n", line);
 }
 
+void flow_log_say(const char *prog, const char *fmt, va_list ap)
+{
+	char line[1024];
+	vsnprintf(line, sizeof line, fmt, ap);
+	fflush(stdout);
+	fprintf(stderr, "%s: %s\n", prog, line);
+}
+
 void flow_logv(flow_log_level_t level, const char *fmt, va_list ap)
 {
 	if (!flow_log_enabled(level))

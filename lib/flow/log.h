@@ -51,6 +51,12 @@ FLOW_EXPORT void flow_log_set_rank(int rank);
  * flushing stdout. */
 FLOW_EXPORT void flow_log_set_callback(flow_log_fn fn, void *userdata);
 
+/* "prog: message" and a newline on stderr, after flushing stdout, in one
+ * write and whatever the level: the line a program or a launcher fails
+ * with.  The ranks of a job share a stderr, and a line written in pieces
+ * can be cut by another's. */
+FLOW_EXPORT void flow_log_say(const char *prog, const char *fmt, va_list ap);
+
 /* True when a message at this level would be emitted. */
 FLOW_EXPORT bool flow_log_enabled(flow_log_level_t level);
 FLOW_EXPORT void flow_log(flow_log_level_t level, const char *fmt, ...)

@@ -5,8 +5,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <flow/error.h>
 #include <flow/log.h>
@@ -102,6 +104,37 @@ static void test_log_off_silences_errors(void **state)
 	assert_false(flow_log_enabled(FLOW_LOG_ERROR));
 }
 
+static void say(const char *prog, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	flow_log_say(prog, fmt, ap);
+	va_end(ap);
+}
+
+/* A program's last line: "prog: message", whole, in one write, whatever
+ * the level (even off). */
+static void test_log_say_writes_one_line_whatever_the_level(void **state)
+{
+	(void)state;
+	int fd[2], saved = dup(STDERR_FILENO);
+	char got[256] = { 0 };
+	assert_int_equal(pipe(fd), 0);
+	flow_log_set_level(FLOW_LOG_OFF);
+	fflush(stderr);
+	assert_true(dup2(fd[1], STDERR_FILENO) >= 0);
+	say("flow-x", "rank %d (%s): peer rank %d died", 3, "node2", 5);
+	fflush(stderr);
+	assert_true(dup2(saved, STDERR_FILENO) >= 0);
+	close(fd[1]);
+	close(saved);
+	/* The whole line and nothing else (one write: see log.c). */
+	assert_true(read(fd[0], got, sizeof got - 1) > 0);
+	close(fd[0]);
+	assert_string_equal(got, "flow-x: rank 3 (node2): peer rank 5 died\n");
+	flow_log_set_level(FLOW_LOG_WARN);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -110,6 +143,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_log_level_parse_accepts_names_and_numbers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_log_level_from_env, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_log_off_silences_errors, setup, teardown),
+		cmocka_unit_test(test_log_say_writes_one_line_whatever_the_level),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
