@@ -281,6 +281,18 @@ double flow_bench_peak_gflops(const flow_bench_record_t *rec)
 
 /* ---- matmul ------------------------------------------------------------------------ */
 
+/* The matmul benchmarks' inputs, on every device the same: an
+ * nn.Linear-like scale, so outputs and gradients stay O(1). */
+static void matmul_inputs(const flow_bench_config_t *cfg, size_t N, size_t IN,
+			  size_t OUT, float *inp, float *weight, float *bias,
+			  float *dout)
+{
+	fill_normal(inp, N * IN, cfg, STREAM_A, 0.0f, 1.0f);
+	fill_normal(weight, OUT * IN, cfg, STREAM_B, 0.0f, 1.0f / sqrtf((float)IN));
+	fill_uniform(bias, OUT, cfg, STREAM_C, -1.0f, 1.0f);
+	fill_normal(dout, N * OUT, cfg, STREAM_D, 0.0f, 1.0f);
+}
+
 static flow_err_t bench_matmul(bench_ctx_t *c)
 {
 	const flow_bench_config_t *cfg = c->cfg;
@@ -308,11 +320,7 @@ static flow_err_t bench_matmul(bench_ctx_t *c)
 	ALLOC_F(wrows, RO * IN, "sampled weight rows");
 	ALLOC_F(wref, RO * IN, "reference dweight rows");
 	ALLOC_F(bref, RO, "reference dbias");
-	/* nn.Linear-like scale: outputs and gradients stay OUT(1). */
-	fill_normal(inp, N * IN, cfg, STREAM_A, 0.0f, 1.0f);
-	fill_normal(weight, OUT * IN, cfg, STREAM_B, 0.0f, 1.0f / sqrtf((float)IN));
-	fill_uniform(bias, OUT, cfg, STREAM_C, -1.0f, 1.0f);
-	fill_normal(dout, N * OUT, cfg, STREAM_D, 0.0f, 1.0f);
+	matmul_inputs(cfg, N, IN, OUT, inp, weight, bias, dout);
 
 	/* Forward: check sampled rows of out. */
 	flow_cpu_matmul_forward(out, inp, weight, bias, N, IN, OUT);
@@ -474,10 +482,7 @@ static flow_err_t bench_cuda_matmul(bench_ctx_t *c, bench_cuda_t *d)
 	ALLOC_F(dweight, OUT * IN, "dweight");
 	ALLOC_F(dbias, OUT, "dbias");
 	ALLOC_F(host, big, "results from the device");
-	fill_normal(inp, N * IN, cfg, STREAM_A, 0.0f, 1.0f);
-	fill_normal(weight, OUT * IN, cfg, STREAM_B, 0.0f, 1.0f / sqrtf((float)IN));
-	fill_uniform(bias, OUT, cfg, STREAM_C, -1.0f, 1.0f);
-	fill_normal(dout, N * OUT, cfg, STREAM_D, 0.0f, 1.0f);
+	matmul_inputs(cfg, N, IN, OUT, inp, weight, bias, dout);
 	float *d_inp = cuda_buf(c, d, inp, N * IN, &err);
 	float *d_w = cuda_buf(c, d, weight, OUT * IN, &err);
 	float *d_b = cuda_buf(c, d, bias, OUT, &err);
