@@ -141,9 +141,10 @@ static flow_err_t ce_split(flow_exec_t *x, const exec_op_t *o,
 }
 
 /* Op o (graph op op) of a device executor, on host copies of every tensor
- * it touches: copied out, run as on the host, all copied back (an op may
- * write an input in place: the cross-entropy's logits).  Slots naming the
- * same tensor share one copy.  What a CPU communicator needs (flow-train
+ * it touches: copied out, run as on the host, and the outputs copied back.
+ * Slots naming the same memory share one copy, so an input the op writes
+ * in place (the cross-entropy's logits, which its dlogits output aliases)
+ * goes back with that output.  What a CPU communicator needs (flow-train
  * --comm cpu on a GPU), at the price of the copies. */
 static flow_err_t dist_staged(flow_exec_t *x, const exec_op_t *o,
 			      const flow_graph_op_t *op)
@@ -153,6 +154,7 @@ static flow_err_t dist_staged(flow_exec_t *x, const exec_op_t *o,
 	const void *dev[SLOTS];
 	void *host[SLOTS];
 	size_t bytes[SLOTS];
+	bool written[SLOTS] = { false };
 	int n = 0;
 	flow_err_t err = FLOW_OK;
 
@@ -168,9 +170,11 @@ static flow_err_t dist_staged(flow_exec_t *x, const exec_op_t *o,
 				same = j;
 		if (same >= 0) {
 			*slot = host[same];
+			written[same] |= !is_in;
 			continue;
 		}
 		bytes[n] = flow_graph_tensor_bytes(x->g, t);
+		written[n] = !is_in;
 		dev[n] = *slot;
 		if (!(host[n] = flow_alloc(bytes[n]))) {
 			err = flow_diag_set(&x->diag, FLOW_ERR_NOMEM,
@@ -187,7 +191,8 @@ static flow_err_t dist_staged(flow_exec_t *x, const exec_op_t *o,
 	if (err == FLOW_OK)
 		err = flow_exec_dist_kernel(x, &h);
 	for (int j = 0; j < n && err == FLOW_OK; j++)
-		x->storage->copy_in((void *)dev[j], host[j], bytes[j]);
+		if (written[j])
+			x->storage->copy_in((void *)dev[j], host[j], bytes[j]);
 	if (err == FLOW_OK && x->kernels->last)
 		err = x->kernels->last(&x->diag);
 	for (int j = 0; j < n; j++)
