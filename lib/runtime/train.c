@@ -159,9 +159,7 @@ static flow_err_t trainer_new_optimizer(flow_trainer_t *t, flow_diag_t *diag)
 	return err;
 }
 
-/* Does the plan put any axis but dp above size 1, so that each rank runs
- * a graph of shards? */
-static bool plan_localized(const flow_plan_t *p)
+bool plan_localized(const flow_plan_t *p)
 {
 	for (int a = 0; p && a < p->mesh.ndim; a++)
 		if (p->mesh.dims[a] > 1 && strcmp(p->mesh.names[a], "dp") != 0)

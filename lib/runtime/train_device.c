@@ -109,17 +109,12 @@ flow_err_t trainer_open_device(flow_trainer_t *t, flow_diag_t *diag)
 				     "%sprecision %s is not in the CUDA "
 				     "executor yet: use --precision fp32",
 				     who, flow_precision_name(c->precision));
-	if (c->plan && !c->host_comm) {
-		for (int a = 0; a < c->plan->mesh.ndim; a++)
-			if (strcmp(c->plan->mesh.names[a], "dp") != 0 &&
-			    c->plan->mesh.dims[a] > 1)
-				return flow_diag_set(
-					diag, FLOW_ERR_NOTSUP,
-					"%sthe boxing of a tensor-parallel plan "
-					"does not run over NCCL yet: pass --comm "
-					"cpu (staged through host memory)",
-					who);
-	}
+	if (plan_localized(c->plan) && !c->host_comm)
+		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
+				     "%sthe boxing of a tensor-parallel plan "
+				     "does not run over NCCL yet: pass --comm "
+				     "cpu (staged through host memory)",
+				     who);
 	return FLOW_OK;
 }
 

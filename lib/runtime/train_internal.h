@@ -76,6 +76,10 @@ static inline double train_now_seconds(void)
  * to step_dir and commit it with the run state, each writing rank its
  * part; rank 0 commits once all have (a barrier).  FLOW_OK or the
  * checkpoint's error; nothing committed before is damaged. */
+/* Does plan p put any axis but dp above size 1, so that each rank runs a
+ * graph of shards?  (train.c) */
+bool plan_localized(const flow_plan_t *p);
+
 /* Check the run's device before anything is built (train_device.c):
  * the CPU, or the CUDA module, a driver and this rank's GPU, made the
  * thread's current device. */
