@@ -60,8 +60,12 @@ typedef struct flow_exec_storage {
 	void (*zero)(void *ptr, size_t bytes);
 	/* bytes from host memory src into this storage at dst, and from this
 	 * storage at src into host memory dst, in order with the kernels
-	 * enqueued before; copy_out returns when dst holds them.  A failure
-	 * is kept, as a kernel's, for the kernel set's last(). */
+	 * enqueued before; copy_out returns when dst holds them.  copy_in
+	 * may still be reading a src from host_alloc when it returns (the
+	 * copy runs asynchronously from page-locked memory); from any other
+	 * host memory src is free again on return.  flow_exec_copy_in waits
+	 * in either case.  A failure is kept, as a kernel's, for the kernel
+	 * set's last(). */
 	void (*copy_in)(void *dst, const void *src, size_t bytes);
 	void (*copy_out)(void *dst, const void *src, size_t bytes);
 	/* bytes from src to dst, both in this storage, in order with the
