@@ -36,11 +36,11 @@ real_binary() {
 @test "libflow and every tool link no CUDA library" {
 	run ldd "$top_builddir/lib/.libs/libflow.so"
 	[ "$status" -eq 0 ]
-	! grep -E "$CUDA_LIBS" <<<"$output"
+	run ! grep -E "$CUDA_LIBS" <<<"$output"
 	for tool in flow-shard flow-plan flow-train flow-bench; do
 		run env LD_LIBRARY_PATH="$top_builddir/lib/.libs" ldd "$(real_binary $tool)"
 		[ "$status" -eq 0 ]
-		! grep -E "$CUDA_LIBS" <<<"$output"
+		run ! grep -E "$CUDA_LIBS" <<<"$output"
 	done
 }
 
@@ -59,7 +59,7 @@ real_binary() {
 	timeout 10 sh -c 'echo garbage >plan.fifo' 2>/dev/null || true
 	wait "$pid" || true
 	grep -q 'libflow\.so' <<<"$maps"
-	! grep -E "$CUDA_LIBS" <<<"$maps"
+	run ! grep -E "$CUDA_LIBS" <<<"$maps"
 }
 
 @test "flow-train --device cuda without a GPU fails with one line" {
@@ -87,7 +87,7 @@ real_binary() {
 	# The first rank to fail ends the job: the other may be stopped before
 	# it says anything.
 	grep -q '^flow-train: rank [01] (.*): \(no usable CUDA\|this build of flow has no CUDA\)' <<<"$stderr"
-	! grep '^flow-train: \(no usable\|this build\)' <<<"$stderr"
+	run ! grep '^flow-train: \(no usable\|this build\)' <<<"$stderr"
 }
 
 @test "--device, --precision and --comm are checked" {

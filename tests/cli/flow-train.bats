@@ -293,7 +293,7 @@ train_losses() {
 	[ -f g/manifest ]
 	grep -q '^state contents gradients$' g/manifest
 	grep -q '^tensor wte f32 (256,32) 1 (B)$' g/manifest
-	! grep -q 'adamw' g/manifest
+	run ! grep -q 'adamw' g/manifest
 	# A gradients checkpoint is not something to resume from.
 	run -1 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --steps 1 --resume g
 	[[ "$stderr" == *"not a training checkpoint"* ]]

@@ -89,7 +89,7 @@ assert_losses_close() {
 		printf '%s\n' "$output" >"bucket-$mb.tsv"
 		numbers "bucket-$mb.tsv" >"bucket-$mb.rows"
 	done
-	! grep -q 'overlap' bucket-0.tsv
+	run ! grep -q 'overlap' bucket-0.tsv
 	grep -Eq '^# gradient sums overlap the backward pass: [0-9]{2,} buckets' bucket-0.002.tsv
 	grep -q '^# gradient sums overlap the backward pass: 1 buckets' bucket-25.tsv
 	[ "$(wc -l <bucket-0.rows)" -eq 6 ]
