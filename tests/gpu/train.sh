@@ -136,8 +136,7 @@ for mesh in tp2:2:tp 2x2:2x2:dp,tp; do
 		row "$name" no "flow-plan: $(why "$name.err")"
 		continue
 	fi
-	nproc=$(( ${dims%%x*} * ${dims#*x} ))
-	[ "$dims" = 2 ] && nproc=2
+	nproc=$((${dims//x/*})) # the mesh's ranks: 2, or 2*2
 	if run "$name" --plan "$name.plan" --data data --steps 20 --seed 7 --peak-gflops 0 \
 		--device "$dev" --comm cpu --nproc "$nproc"; then
 		d=$(within "$name.tsv" gpu.tsv 1e-4) && row "$name" yes "$d" || row "$name" no "$d"
