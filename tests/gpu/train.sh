@@ -41,11 +41,13 @@
 #                 fp32 (said in the line).
 #
 # FLOW_GPU_TEST_DEVICE=cpu runs every check with --device cpu instead, to
-# check this script on a machine without a GPU (bf16 then fails: the CPU
-# trains in fp32).
+# check this script on a machine without a GPU: bf16 then fails (the CPU
+# trains in fp32), and so does gpt2-124m (its benchmark is the GPU's);
+# bench-matmul is not run.
 set -u
 
 dev=${FLOW_GPU_TEST_DEVICE:-cuda}
+src=$(cd "$(dirname "$0")/../.." && pwd) # before the cd below: $0 may be relative
 build=${1:?usage: train.sh BUILD_DIR WORK_DIR}
 work=${2:?usage: train.sh BUILD_DIR WORK_DIR}
 bin=$build/bin
@@ -171,7 +173,6 @@ fi
 # and torch.compile where PyTorch with CUDA is importable.  bf16 when flow
 # runs it, else fp32 (said in the row).
 B=${FLOW_GPU_BENCH_BATCH:-8}
-src=$(cd "$(dirname "$0")/../.." && pwd)
 gpt2() { # PRECISION
 	FLOW_TRAIN=$bin/flow-train FLOW_SHARD=$bin/flow-shard sh "$src/bench/gpu-train-vs-torch.sh" \
 		--batch "$B" --seq-len 1024 --steps 4 --warmup-steps 2 --precision "$1" \
