@@ -136,8 +136,8 @@ void trainer_describe_device(const flow_trainer_t *t, FILE *out)
 	fprintf(out, "# binding %s\n", t->gpu.desc);
 	if (flow_cuda_memory_stats(t->gpu.device, &mem, &ignored) == FLOW_OK)
 		fprintf(out, "# device memory %.1f MiB in use, %.1f MiB "
-			     "reserved (the executor's buffers, all made "
-			     "before the first step)\n",
+			     "reserved (parameters, gradients, optimizer "
+			     "state, activations)\n",
 			(double)mem.peak_in_use_bytes / (1024.0 * 1024.0),
 			(double)mem.peak_reserved_bytes / (1024.0 * 1024.0));
 }
