@@ -77,13 +77,17 @@ static bool free_before(const block_t *x, const block_t *y)
 	return x->offset < y->offset;
 }
 
-/* The first index of a free array whose block is not before b. */
-static size_t free_lower_bound(const block_array_t *arr, const block_t *b)
+/* The first index of arr at which below(block, key) is false: arr is
+ * sorted so that it holds on a prefix (one binary search for the three
+ * orders below). */
+static size_t lower_bound(const block_array_t *arr,
+			  bool (*below)(const block_t *, const void *),
+			  const void *key)
 {
 	size_t lo = 0, hi = arr->n;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		if (free_before(arr->v[mid], b))
+		if (below(arr->v[mid], key))
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -91,33 +95,22 @@ static size_t free_lower_bound(const block_array_t *arr, const block_t *b)
 	return lo;
 }
 
-/* The first index of a free array whose block has at least size bytes. */
-static size_t free_lower_bound_size(const block_array_t *arr, size_t size)
+/* A free array's block before block key in best fit's order. */
+static bool below_block(const block_t *x, const void *key)
 {
-	size_t lo = 0, hi = arr->n;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (arr->v[mid]->size < size)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return free_before(x, key);
 }
 
-/* The first index of the handed-out array whose address is not below
- * addr. */
-static size_t addr_lower_bound(const block_array_t *arr, uintptr_t addr)
+/* A free array's block smaller than *key bytes. */
+static bool below_size(const block_t *x, const void *key)
 {
-	size_t lo = 0, hi = arr->n;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (block_addr(arr->v[mid]) < addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return x->size < *(const size_t *)key;
+}
+
+/* A handed-out block at an address below *key. */
+static bool below_addr(const block_t *x, const void *key)
+{
+	return block_addr(x) < *(const uintptr_t *)key;
 }
 
 /* Room for need blocks in arr; false when the host is out of memory. */
@@ -157,13 +150,13 @@ static void array_remove(block_array_t *arr, size_t i)
 static void free_insert(flow_caching_alloc_t *a, block_t *b)
 {
 	block_array_t *arr = &a->free_blocks[b->seg->pool];
-	array_insert(arr, free_lower_bound(arr, b), b);
+	array_insert(arr, lower_bound(arr, below_block, b), b);
 }
 
 static void free_remove(flow_caching_alloc_t *a, block_t *b)
 {
 	block_array_t *arr = &a->free_blocks[b->seg->pool];
-	array_remove(arr, free_lower_bound(arr, b));
+	array_remove(arr, lower_bound(arr, below_block, b));
 }
 
 static bool round_up(size_t n, size_t unit, size_t *out)
@@ -381,7 +374,7 @@ flow_err_t flow_caching_alloc_malloc(flow_caching_alloc_t *a, size_t bytes,
 
 	block_t *b = NULL;
 	block_array_t *free_arr = &a->free_blocks[pool];
-	size_t i = free_lower_bound_size(free_arr, size);
+	size_t i = lower_bound(free_arr, below_size, &size);
 	if (i < free_arr->n) {
 		b = free_arr->v[i];
 		array_remove(free_arr, i);
@@ -411,8 +404,9 @@ flow_err_t flow_caching_alloc_malloc(flow_caching_alloc_t *a, size_t bytes,
 	}
 	b->handed_out = true;
 	b->in_use = size;
+	uintptr_t addr = block_addr(b);
 	array_insert(&a->handed_out,
-		     addr_lower_bound(&a->handed_out, block_addr(b)), b);
+		     lower_bound(&a->handed_out, below_addr, &addr), b);
 	a->stats.in_use_bytes += size;
 	if (a->stats.in_use_bytes > a->stats.peak_in_use_bytes)
 		a->stats.peak_in_use_bytes = a->stats.in_use_bytes;
@@ -457,7 +451,8 @@ void flow_caching_alloc_release(flow_caching_alloc_t *a, void *ptr)
 {
 	if (!ptr)
 		return;
-	size_t i = addr_lower_bound(&a->handed_out, (uintptr_t)ptr);
+	uintptr_t addr = (uintptr_t)ptr;
+	size_t i = lower_bound(&a->handed_out, below_addr, &addr);
 	if (i == a->handed_out.n ||
 	    block_addr(a->handed_out.v[i]) != (uintptr_t)ptr)
 		release_foreign(a, ptr);
