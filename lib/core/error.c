@@ -35,6 +35,76 @@ void flow_diag_clear(flow_diag_t *diag)
 	diag->msg[0] = '\0';
 }
 
+/* Length of the valid UTF-8 character of two or more bytes at p (which
+ * is NUL-terminated), or 0.  The C1 controls (U+0080..U+009F) count as
+ * invalid: terminals act on them. */
+static size_t utf8_length(const unsigned char *p)
+{
+	unsigned char c = p[0];
+	size_t n;
+	unsigned char lo = 0x80, hi = 0xbf;
+	if (c >= 0xc2 && c <= 0xdf) {
+		n = 2;
+		if (c == 0xc2)
+			lo = 0xa0;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		n = 3;
+		if (c == 0xe0)
+			lo = 0xa0;
+		else if (c == 0xed)
+			hi = 0x9f; /* no UTF-16 surrogates */
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		n = 4;
+		if (c == 0xf0)
+			lo = 0x90;
+		else if (c == 0xf4)
+			hi = 0x8f; /* nothing above U+10FFFF */
+	} else {
+		return 0;
+	}
+	if (p[1] < lo || p[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++)
+		if (p[i] < 0x80 || p[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+char *flow_escape_line(char *dst, size_t cap, const char *src)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *p = (const unsigned char *)src;
+	size_t used = 0;
+	while (*p) {
+		char esc[5];
+		const char *piece = (const char *)p;
+		size_t len = 1, advance = 1;
+		if (*p >= 0x80)
+			len = advance = utf8_length(p);
+		if (len == 0 || *p < 0x20 || *p == 0x7f) {
+			piece = esc;
+			esc[0] = '\\';
+			if (*p == '\n' || *p == '\r' || *p == '\t') {
+				esc[1] = *p == '\n' ? 'n' : *p == '\r' ? 'r' : 't';
+				len = 2;
+			} else {
+				esc[1] = 'x';
+				esc[2] = hex[*p >> 4];
+				esc[3] = hex[*p & 15];
+				len = 4;
+			}
+			advance = 1;
+		}
+		if (len >= cap - used)
+			break;
+		memcpy(dst + used, piece, len);
+		used += len;
+		p += advance;
+	}
+	dst[used] = '\0';
+	return dst;
+}
+
 /* Format into diag unless it already holds an error (the first one wins). */
 static flow_err_t diag_vset(flow_diag_t *diag, flow_err_t err, int errnum,
 			    const char *fmt, va_list ap)
@@ -42,14 +112,16 @@ static flow_err_t diag_vset(flow_diag_t *diag, flow_err_t err, int errnum,
 	if (!diag || diag->err != FLOW_OK)
 		return err;
 	diag->err = err;
-	int n = vsnprintf(diag->msg, sizeof(diag->msg), fmt, ap);
+	char raw[FLOW_DIAG_MAX];
+	int n = vsnprintf(raw, sizeof(raw), fmt, ap);
 	if (n < 0)
-		diag->msg[0] = '\0';
+		raw[0] = '\0';
 	if (errnum != 0) {
-		size_t used = strlen(diag->msg);
-		snprintf(diag->msg + used, sizeof(diag->msg) - used, ": %s",
+		size_t used = strlen(raw);
+		snprintf(raw + used, sizeof(raw) - used, ": %s",
 			 strerror(errnum));
 	}
+	flow_escape_line(diag->msg, sizeof(diag->msg), raw);
 	return err;
 }
 

@@ -107,8 +107,9 @@ static void default_sink(flow_log_level_t level, const char *line,
 
 void flow_log_say(const char *prog, const char *fmt, va_list ap)
 {
-	char line[1024];
-	vsnprintf(line, sizeof line, fmt, ap);
+	char raw[1024], line[1024];
+	vsnprintf(raw, sizeof raw, fmt, ap);
+	flow_escape_line(line, sizeof line, raw);
 	fflush(stdout);
 	fprintf(stderr, "%s: %s\n", prog, line);
 }
@@ -136,8 +137,11 @@ void flow_logv(flow_log_level_t level, const char *fmt, va_list ap)
 	size_t len = strlen(line);
 	if (len > 0 && line[len - 1] == '\n')
 		line[len - 1] = '\0';
+	/* One line, whatever the arguments quote. */
+	char printable[sizeof(line)];
+	flow_escape_line(printable, sizeof(printable), line);
 	flow_log_fn sink = log_sink ? log_sink : default_sink;
-	sink(level, line, log_sink_data);
+	sink(level, printable, log_sink_data);
 	pthread_mutex_unlock(&log_lock);
 }
 

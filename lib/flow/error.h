@@ -46,10 +46,21 @@ typedef struct flow_diag {
 /* Reset to "no error". */
 FLOW_EXPORT void flow_diag_clear(flow_diag_t *diag);
 
+/* Copy the text src into dst (cap > 0 bytes, always NUL-terminated) with
+ * every byte that could break a one-line message on a terminal escaped:
+ * "\\n", "\\r", "\\t", and "\\xHH" for the other control bytes, DEL, the C1
+ * controls and bytes that are not part of valid UTF-8.  Printable ASCII and
+ * valid UTF-8 pass as they are, and a backslash is not doubled, so escaping
+ * twice changes nothing.  Text that does not fit is cut before an escape or
+ * character, never inside one.  Returns dst. */
+FLOW_EXPORT char *flow_escape_line(char *dst, size_t cap, const char *src);
+
 /* Record err with a printf-style message.  The first problem wins: when diag
  * already holds an error it is kept unchanged, so callers can forward errors
  * without rewriting them.  diag may be NULL.  Returns err, so a caller can
- * write `return flow_diag_set(diag, FLOW_ERR_FORMAT, "...")`. */
+ * write `return flow_diag_set(diag, FLOW_ERR_FORMAT, "...")`.  The message
+ * goes through flow_escape_line, so input quoted in it (a file name, a
+ * field with a CR) cannot break the line. */
 FLOW_EXPORT flow_err_t flow_diag_set(flow_diag_t *diag, flow_err_t err,
 				     const char *fmt, ...) FLOW_PRINTF(3, 4);
 

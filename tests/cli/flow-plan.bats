@@ -574,6 +574,13 @@ assert_check_fails() {
 	assert_check_fails "e.plan:1: unsupported plan version '9' (this flow reads version 1)"
 }
 
+@test "flow-plan --check quotes control bytes escaped: a CRLF plan stays one line" {
+	edited_plan 's/$/\r/'
+	assert_check_fails "e.plan:1: unsupported plan version '1\\r' (this flow reads version 1)"
+	edited_plan 's/^flow-plan 1/flow-plan 1\x1b[2J/'
+	assert_check_fails "e.plan:1: unsupported plan version '1\\x1b[2J' (this flow reads version 1)"
+}
+
 @test "flow-plan --check rejects a bad SBP" {
 	edited_plan 's/^tensor wpe param (B,B)/tensor wpe param (B,X)/'
 	assert_check_fails "e.plan:42: nd-SBP '(B,X)': expected S(k), B or P at 'X'"
