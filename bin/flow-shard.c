@@ -211,7 +211,8 @@ static void parse_options(flow_tool_t *tool, shard_opts_t *o, int argc,
 			break;
 		case OPT_FRAME_TOKENS:
 			o->build.frame_tokens = (uint32_t)flow_tool_int(
-				tool, "--frame-tokens", optarg, 1, UINT32_MAX);
+				tool, "--frame-tokens", optarg, 1,
+				FLOW_SHARD_MAX_FRAME_TOKENS);
 			o->frame_option = "--frame-tokens";
 			note_first(&o->build_only, "--frame-tokens");
 			break;

@@ -41,6 +41,9 @@ struct flow_loader {
 	size_t *manifest_index;
 	uint64_t *first_sample;
 	flow_shard_t **shards;
+	/* Whose checksum has been verified (by the reading thread, before
+	 * its first token is used); all true with skip_checksums. */
+	bool *verified;
 
 	/* Reading: one window and one batch, used by the reading thread. */
 	size_t batch_elems;        /* local_batch * seq_len */
@@ -53,6 +56,7 @@ struct flow_loader {
 	/* Prefetch.  Under lock: stop, requested, request_step, busy, ready,
 	 * ready_err, ready_diag, and batch_* while ready. */
 	bool prefetch;
+	bool skip_checksums;
 	bool sync_inited;
 	bool thread_started;
 	pthread_t thread;
@@ -152,6 +156,13 @@ static flow_err_t read_batch(flow_loader_t *loader, uint64_t step,
 		flow_sample_ref_t ref;
 		size_t mapped;
 		locate(loader, step, first_slot + row, &ref, &mapped);
+		if (!loader->verified[mapped]) {
+			flow_err_t err = flow_shard_verify_checksum(
+				loader->shards[mapped], diag);
+			if (err != FLOW_OK)
+				return err;
+			loader->verified[mapped] = true;
+		}
 		flow_err_t err = flow_shard_read(loader->shards[mapped],
 						 ref.offset,
 						 t + 1, loader->window, diag);
@@ -159,8 +170,9 @@ static flow_err_t read_batch(flow_loader_t *loader, uint64_t step,
 			return err;
 		int32_t *in = loader->batch_inputs + row * t;
 		int32_t *tg = loader->batch_targets + row * t;
-		/* Tokens are below the vocabulary, checked at open to fit
-		 * int32. */
+		/* flow_shard_read checked the tokens against the shard's
+		 * vocabulary, which is the manifest's (map_shards), which
+		 * fits int32 (flow_loader_open). */
 		for (size_t j = 0; j < t; j++) {
 			in[j] = (int32_t)loader->window[j];
 			tg[j] = (int32_t)loader->window[j + 1];
@@ -220,6 +232,7 @@ void flow_loader_free(flow_loader_t *loader)
 		for (size_t i = 0; i < loader->nshards; i++)
 			flow_shard_close(loader->shards[i]);
 	free(loader->shards);
+	free(loader->verified);
 	free(loader->first_sample);
 	free(loader->manifest_index);
 	free(loader->window);
@@ -312,8 +325,9 @@ static flow_err_t map_shards(flow_loader_t *loader, flow_diag_t *diag)
 	loader->first_sample = malloc(bytes);
 	loader->manifest_index = calloc(count, sizeof(size_t));
 	loader->shards = calloc(count, sizeof(flow_shard_t *));
+	loader->verified = calloc(count, sizeof(bool));
 	if (!loader->first_sample || !loader->manifest_index ||
-	    !loader->shards)
+	    !loader->shards || !loader->verified)
 		return flow_diag_set(diag, FLOW_ERR_NOMEM,
 				     "%s: out of memory for %zu shards",
 				     loader->dir, count);
@@ -332,15 +346,12 @@ static flow_err_t map_shards(flow_loader_t *loader, flow_diag_t *diag)
 		err = flow_shard_open(path, &loader->shards[k], diag);
 		if (err == FLOW_OK) {
 			loader->nshards++;
-			if (flow_shard_token_count(loader->shards[k]) !=
-			    s->info.tokens)
-				err = flow_diag_set(
-					diag, FLOW_ERR_FORMAT,
-					"%s: holds %" PRIu64 " tokens, the "
-					"manifest says %" PRIu64, path,
-					flow_shard_token_count(
-						loader->shards[k]),
-					s->info.tokens);
+			/* Size, tokens, vocabulary and trailer as the manifest
+			 * says, now; the payload's checksum before first use
+			 * (read_batch). */
+			err = flow_shard_check(loader->shards[k], &s->info,
+					       m->vocab, diag);
+			loader->verified[k] = loader->skip_checksums;
 		}
 		free(path);
 		if (err != FLOW_OK)
@@ -373,6 +384,7 @@ flow_err_t flow_loader_open(const flow_loader_options_t *options,
 	loader->dp_size = options->dp_size;
 	loader->local_batch = options->global_batch / options->dp_size;
 	loader->prefetch = options->prefetch;
+	loader->skip_checksums = options->skip_checksums;
 	loader->dir = strdup(options->dir);
 	if (!loader->dir) {
 		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory",

@@ -221,10 +221,13 @@ static flow_err_t check_write_options(const char *path,
 					     o->zstd_level,
 					     flow_zstd_min_level(),
 					     flow_zstd_max_level());
-		if (o->frame_tokens == 0)
+		if (o->frame_tokens == 0 ||
+		    o->frame_tokens > FLOW_SHARD_MAX_FRAME_TOKENS)
 			return flow_diag_set(diag, FLOW_ERR_USAGE,
-					     "%s: tokens per frame must be at least 1",
-					     path);
+					     "%s: tokens per frame %" PRIu32
+					     " outside 1..%u",
+					     path, o->frame_tokens,
+					     FLOW_SHARD_MAX_FRAME_TOKENS);
 	}
 	*token_bytes_out = token_bytes;
 	return FLOW_OK;
@@ -262,7 +265,9 @@ static flow_err_t compress_frames(const char *path, const uint32_t *tokens,
 				  unsigned char **payload_out,
 				  uint64_t *payload_len_out, flow_diag_t *diag)
 {
-	size_t frame_bytes = (size_t)o->frame_tokens * token_bytes;
+	/* No frame is longer than the tokens there are. */
+	size_t frame_bytes = (count < o->frame_tokens ? count : o->frame_tokens) *
+			     (size_t)token_bytes;
 	size_t bound = flow_zstd_bound(frame_bytes), cap;
 	unsigned char *payload = NULL;
 	if (!flow_mul_size(bound, frames, &cap) ||
@@ -525,6 +530,12 @@ static flow_err_t parse_header(flow_shard_t *s, const unsigned char *p,
 				     path, vocab, OFF_VOCAB, token_bytes);
 	uint32_t frame_tokens = flow_get_le32(p + OFF_FRAME_TOKENS);
 	uint32_t frames = flow_get_le32(p + OFF_FRAMES);
+	if (frame_tokens > FLOW_SHARD_MAX_FRAME_TOKENS)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: tokens per frame %" PRIu32
+				     " at byte %d exceed the limit of %u",
+				     path, frame_tokens, OFF_FRAME_TOKENS,
+				     FLOW_SHARD_MAX_FRAME_TOKENS);
 	if (compressed ? frame_tokens == 0 : frame_tokens != 0)
 		return flow_diag_set(diag, FLOW_ERR_FORMAT,
 				     "%s: bad tokens per frame %" PRIu32
@@ -624,7 +635,9 @@ flow_err_t flow_shard_open(const char *path, flow_shard_t **shard_out,
 	flow_shard_t *s = calloc(1, sizeof(*s));
 	if (!s || !(s->path = strdup(path))) {
 		free(s);
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "%s: out of memory opening the shard",
+				     path);
 	}
 	s->cached_frame = -1;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -657,14 +670,6 @@ flow_err_t flow_shard_open(const char *path, flow_shard_t **shard_out,
 	err = parse_header(s, s->map, s->size, diag);
 	if (err != FLOW_OK)
 		goto out_unmap;
-	if (s->frames) {
-		size_t frame_bytes = (size_t)s->frame_tokens * s->token_bytes;
-		if (!(s->frame_buf = malloc(frame_bytes))) {
-			err = flow_diag_set(diag, FLOW_ERR_NOMEM,
-					    "out of memory");
-			goto out_unmap;
-		}
-	}
 	close(fd);
 	*shard_out = s;
 	return FLOW_OK;
@@ -713,7 +718,50 @@ static uint32_t frame_token_count(const flow_shard_t *s, uint32_t f)
 	return left < s->frame_tokens ? (uint32_t)left : s->frame_tokens;
 }
 
-/* Decode frame f into s->frame_buf (unless it is already there). */
+/* First token at or above vocab in count encoded tokens, or -1. */
+static int64_t find_out_of_vocab(const unsigned char *p, size_t count,
+				 uint32_t token_bytes, uint64_t vocab,
+				 uint32_t *token_out)
+{
+	for (size_t i = 0; i < count; i++) {
+		uint32_t t = token_bytes == 2 ?
+				     (uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8 :
+				     flow_get_le32(p + 4 * i);
+		if (t >= vocab) {
+			*token_out = t;
+			return (int64_t)i;
+		}
+	}
+	return -1;
+}
+
+/* The error for token `token`, the index-th of the shard, which is not
+ * below the vocabulary: names the byte it was read from (or, compressed,
+ * its frame and the frame's byte). */
+static flow_err_t token_out_of_vocab(const flow_shard_t *s, uint32_t token,
+				     uint64_t index, flow_diag_t *diag)
+{
+	if (!s->frames)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: token %" PRIu32 " at byte %" PRIu64
+				     " is not below the vocabulary size %" PRIu64,
+				     s->path, token,
+				     s->header_len + index * s->token_bytes,
+				     s->vocab);
+	uint32_t f = (uint32_t)(index / s->frame_tokens);
+	const unsigned char *entry = s->map + SHARD_FIXED_HEADER +
+				     (size_t)f * SHARD_INDEX_ENTRY;
+	return flow_diag_set(diag, FLOW_ERR_FORMAT,
+			     "%s: token %" PRIu32 " (token %" PRIu64
+			     " of the shard) in frame %" PRIu32 " at byte %" PRIu64
+			     " is not below the vocabulary size %" PRIu64,
+			     s->path, token, index, f,
+			     s->header_len + flow_get_le64(entry), s->vocab);
+}
+
+/* Decode frame f into s->frame_buf (unless it is already there) and check
+ * its tokens against the vocabulary: a frame is checked each time it is
+ * decoded, so no token of it reaches a caller unchecked. */
 static flow_err_t load_frame(flow_shard_t *s, uint32_t f, flow_diag_t *diag)
 {
 	if (s->cached_frame == (int64_t)f)
@@ -724,6 +772,17 @@ static flow_err_t load_frame(flow_shard_t *s, uint32_t f, flow_diag_t *diag)
 	size_t want = (size_t)frame_token_count(s, f) * s->token_bytes;
 	flow_diag_t inner = FLOW_DIAG_INIT;
 	s->cached_frame = -1;
+	if (!s->frame_buf) {
+		/* On first use, so that mapping many shards costs no memory;
+		 * as long as the first frame, the longest: bounded by the
+		 * limit, and a short shard claiming long frames gets a short
+		 * buffer. */
+		size_t bytes = (size_t)frame_token_count(s, 0) * s->token_bytes;
+		if (!(s->frame_buf = malloc(bytes)))
+			return flow_diag_set(diag, FLOW_ERR_NOMEM,
+					     "%s: out of memory for a frame of %zu bytes",
+					     s->path, bytes);
+	}
 	if (flow_zstd_decompress(s->frame_buf, want,
 				 s->map + s->header_len + off, (size_t)len,
 				 &inner) != FLOW_OK)
@@ -732,6 +791,14 @@ static flow_err_t load_frame(flow_shard_t *s, uint32_t f, flow_diag_t *diag)
 				     ": %s",
 				     s->path, f, s->header_len + off,
 				     flow_diag_message(&inner));
+	uint32_t token;
+	int64_t i = find_out_of_vocab(s->frame_buf, frame_token_count(s, f),
+				      s->token_bytes, s->vocab, &token);
+	if (i >= 0)
+		return token_out_of_vocab(s, token,
+					  (uint64_t)f * s->frame_tokens +
+						  (uint64_t)i,
+					  diag);
 	s->cached_frame = f;
 	return FLOW_OK;
 }
@@ -750,6 +817,10 @@ flow_err_t flow_shard_read(flow_shard_t *shard, uint64_t first, size_t count,
 		decode_tokens(tokens_out,
 			      s->map + s->header_len + first * s->token_bytes,
 			      count, s->token_bytes);
+		size_t i = first_out_of_vocab(tokens_out, count, s->vocab);
+		if (i < count)
+			return token_out_of_vocab(s, tokens_out[i], first + i,
+						  diag);
 		return FLOW_OK;
 	}
 	while (count > 0) {
@@ -769,21 +840,56 @@ flow_err_t flow_shard_read(flow_shard_t *shard, uint64_t first, size_t count,
 	return FLOW_OK;
 }
 
-/* First token at or above vocab in count encoded tokens, or -1. */
-static int64_t find_out_of_vocab(const unsigned char *p, size_t count,
-				 uint32_t token_bytes, uint64_t vocab,
-				 uint32_t *token_out)
+flow_err_t flow_shard_check(const flow_shard_t *shard,
+			    const flow_shard_file_info_t *expected,
+			    uint64_t vocab, flow_diag_t *diag)
 {
-	for (size_t i = 0; i < count; i++) {
-		uint32_t t = token_bytes == 2 ?
-				     (uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8 :
-				     flow_get_le32(p + 4 * i);
-		if (t >= vocab) {
-			*token_out = t;
-			return (int64_t)i;
-		}
+	const flow_shard_t *s = shard;
+	uint64_t body = s->header_len + s->payload_len;
+	uint64_t stored = flow_get_le64(s->map + body);
+	if (expected && expected->bytes != s->size)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: file has %zu bytes, the manifest says %" PRIu64,
+				     s->path, s->size, expected->bytes);
+	if (expected && expected->tokens != s->tokens)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: token count %" PRIu64
+				     " at byte %d, the manifest says %" PRIu64,
+				     s->path, s->tokens, OFF_TOKENS,
+				     expected->tokens);
+	if (vocab != 0 && s->vocab != vocab)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: vocabulary size %" PRIu64
+				     " at byte %d, the manifest says %" PRIu64,
+				     s->path, s->vocab, OFF_VOCAB, vocab);
+	if (expected && expected->checksum != stored) {
+		char a[17], b[17];
+		flow_checksum_format(stored, a);
+		flow_checksum_format(expected->checksum, b);
+		return flow_diag_set(diag, FLOW_ERR_CHECKSUM,
+				     "%s: checksum %s at byte %" PRIu64
+				     ", the manifest says %s",
+				     s->path, a, body, b);
 	}
-	return -1;
+	return FLOW_OK;
+}
+
+flow_err_t flow_shard_verify_checksum(const flow_shard_t *shard,
+				      flow_diag_t *diag)
+{
+	const flow_shard_t *s = shard;
+	uint64_t body = s->header_len + s->payload_len;
+	uint64_t stored = flow_get_le64(s->map + body);
+	uint64_t computed = flow_checksum(s->map, (size_t)body);
+	if (computed == stored)
+		return FLOW_OK;
+	char a[17], b[17];
+	flow_checksum_format(stored, a);
+	flow_checksum_format(computed, b);
+	return flow_diag_set(diag, FLOW_ERR_CHECKSUM,
+			     "%s: checksum mismatch at byte %" PRIu64
+			     ": stored %s, computed %s",
+			     s->path, body, a, b);
 }
 
 flow_err_t flow_shard_verify_file(const char *path,
@@ -794,80 +900,27 @@ flow_err_t flow_shard_verify_file(const char *path,
 	flow_err_t err = flow_shard_open(path, &s, diag);
 	if (err != FLOW_OK)
 		return err;
-	uint64_t body = s->header_len + s->payload_len;
-	uint64_t stored = flow_get_le64(s->map + body);
-	if (expected && expected->bytes != s->size) {
-		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
-				    "%s: file has %zu bytes, the manifest says %" PRIu64,
-				    path, s->size, expected->bytes);
+	/* The bytes first: a damaged file is reported as damaged, not as
+	 * another file than the manifest's. */
+	err = flow_shard_verify_checksum(s, diag);
+	if (err == FLOW_OK)
+		err = flow_shard_check(s, expected, 0, diag);
+	if (err != FLOW_OK)
 		goto out_close;
-	}
-	if (expected && expected->tokens != s->tokens) {
-		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
-				    "%s: token count %" PRIu64
-				    " at byte %d, the manifest says %" PRIu64,
-				    path, s->tokens, OFF_TOKENS,
-				    expected->tokens);
-		goto out_close;
-	}
-	uint64_t computed = flow_checksum(s->map, (size_t)body);
-	if (computed != stored) {
-		char a[17], b[17];
-		flow_checksum_format(stored, a);
-		flow_checksum_format(computed, b);
-		err = flow_diag_set(diag, FLOW_ERR_CHECKSUM,
-				    "%s: checksum mismatch at byte %" PRIu64
-				    ": stored %s, computed %s",
-				    path, body, a, b);
-		goto out_close;
-	}
-	if (expected && expected->checksum != stored) {
-		char a[17], b[17];
-		flow_checksum_format(stored, a);
-		flow_checksum_format(expected->checksum, b);
-		err = flow_diag_set(diag, FLOW_ERR_CHECKSUM,
-				    "%s: checksum %s at byte %" PRIu64
-				    ", the manifest says %s",
-				    path, a, body, b);
-		goto out_close;
-	}
 	/* The checksum matched, so what follows finds files written wrong
-	 * rather than damaged: frames that do not decode, ids out of range. */
-	uint32_t token;
+	 * rather than damaged: frames that do not decode, ids out of range
+	 * (load_frame checks each frame's). */
 	if (!s->frames) {
+		uint32_t token;
 		int64_t i = find_out_of_vocab(s->map + s->header_len,
 					      (size_t)s->tokens, s->token_bytes,
 					      s->vocab, &token);
 		if (i >= 0)
-			err = flow_diag_set(diag, FLOW_ERR_FORMAT,
-					    "%s: token %" PRIu32 " at byte %" PRIu64
-					    " is not below the vocabulary size %" PRIu64,
-					    path, token,
-					    s->header_len + (uint64_t)i * s->token_bytes,
-					    s->vocab);
+			err = token_out_of_vocab(s, token, (uint64_t)i, diag);
 		goto out_close;
 	}
-	for (uint32_t f = 0; f < s->frames; f++) {
+	for (uint32_t f = 0; err == FLOW_OK && f < s->frames; f++)
 		err = load_frame(s, f, diag);
-		if (err != FLOW_OK)
-			goto out_close;
-		int64_t i = find_out_of_vocab(s->frame_buf, frame_token_count(s, f),
-					      s->token_bytes, s->vocab, &token);
-		if (i >= 0) {
-			const unsigned char *entry = s->map + SHARD_FIXED_HEADER +
-						     (size_t)f * SHARD_INDEX_ENTRY;
-			err = flow_diag_set(diag, FLOW_ERR_FORMAT,
-					    "%s: token %" PRIu32
-					    " (token %" PRIu64 " of the shard) in frame %" PRIu32
-					    " at byte %" PRIu64
-					    " is not below the vocabulary size %" PRIu64,
-					    path, token,
-					    (uint64_t)f * s->frame_tokens + (uint64_t)i,
-					    f, s->header_len + flow_get_le64(entry),
-					    s->vocab);
-			goto out_close;
-		}
-	}
 out_close:
 	flow_shard_close(s);
 	return err;

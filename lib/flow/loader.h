@@ -41,6 +41,11 @@ typedef struct flow_loader_options {
 	uint32_t dp_rank;       /* r < dp_size */
 	uint32_t dp_size;       /* W, dividing global_batch */
 	bool prefetch;          /* read the next batch on a background thread */
+	/* Use shards without verifying their checksums: only to measure what
+	 * verifying costs (flow-bench loader).  By default each shard's
+	 * checksum is verified once, before the first of its tokens is
+	 * used. */
+	bool skip_checksums;
 } flow_loader_options_t;
 
 /* Where the stream continues: epoch and index within that epoch's order
@@ -70,8 +75,9 @@ typedef struct flow_loader flow_loader_t;
  * Returns FLOW_OK and sets *loader_out (free with flow_loader_free()), or:
  * FLOW_ERR_USAGE for bad options or a split with no window of seq_len + 1
  * tokens ("data/: split 'val' has no sample of 1025 tokens"); the errors
- * of flow_manifest_read and flow_shard_open; FLOW_ERR_FORMAT when a shard
- * holds another token count than the manifest says; FLOW_ERR_RANGE for a
+ * of flow_manifest_read and flow_shard_open; those of flow_shard_check
+ * when a shard's size, token count, vocabulary or trailer checksum is not
+ * the manifest's; FLOW_ERR_RANGE for a
  * vocabulary beyond int32 ids; FLOW_ERR_NOMEM.  Every message names the
  * dataset directory or the file. */
 FLOW_EXPORT flow_err_t flow_loader_open(const flow_loader_options_t *options,
@@ -97,7 +103,11 @@ FLOW_EXPORT void flow_loader_sample_at(const flow_loader_t *loader,
  * are local_batch x seq_len int32 each; row j is the window of slot
  * r * local_batch + j, inputs its first seq_len tokens, targets the same
  * shifted by one token.  Returns 1; the stream never ends (epochs follow
- * one another).  On a read error (also one met by the prefetch thread,
+ * one another).  Every token handed out has been checked: its shard's
+ * checksum was verified before the shard's first token was used
+ * (FLOW_ERR_CHECKSUM naming the file), and the token is below the
+ * vocabulary (FLOW_ERR_FORMAT naming the file and byte).  On a read
+ * error (also one met by the prefetch thread,
  * reported here with its message) returns <0 with diag set, leaves inputs,
  * targets and the state unchanged, and the next call retries that batch;
  * FLOW_ERR_RANGE past 2^64 stream positions.  Not thread-safe: one caller

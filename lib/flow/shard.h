@@ -54,6 +54,10 @@ extern "C" {
 #endif
 
 #define FLOW_SHARD_VERSION 1
+/* The most tokens a zstd frame may hold (64 MiB of u32 tokens decoded):
+ * readers allocate one frame, so a header cannot make them allocate more;
+ * writers refuse more. */
+#define FLOW_SHARD_MAX_FRAME_TOKENS (1u << 24)
 #define FLOW_MANIFEST_VERSION 1
 
 typedef enum {
@@ -106,10 +110,30 @@ FLOW_EXPORT uint64_t flow_shard_vocab(const flow_shard_t *shard);
 FLOW_EXPORT flow_dtype_t flow_shard_token_dtype(const flow_shard_t *shard);
 
 /* Copy tokens [first, first + count) into tokens_out, decoding only the
- * zstd frames that overlap them.  One thread at a time per shard. */
+ * zstd frames that overlap them, and check that each is below the shard's
+ * vocabulary (each frame when it is decoded; raw tokens as they are
+ * copied): FLOW_ERR_FORMAT naming the file, token and byte otherwise, so
+ * no id at or above the vocabulary is ever handed out.  The checksum is
+ * not checked here (flow_shard_verify_checksum).  One thread at a time
+ * per shard. */
 FLOW_EXPORT flow_err_t flow_shard_read(flow_shard_t *shard, uint64_t first,
 				       size_t count, uint32_t *tokens_out,
 				       flow_diag_t *diag) FLOW_MUST_CHECK;
+
+/* Check an open shard against what the manifest says of it, without
+ * reading its payload: byte size and token count (when expected is not
+ * NULL), vocabulary (when vocab is not 0), and the checksum in its trailer
+ * against expected->checksum.  Errors name the file and byte. */
+FLOW_EXPORT flow_err_t flow_shard_check(const flow_shard_t *shard,
+					const flow_shard_file_info_t *expected,
+					uint64_t vocab, flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+/* Hash every byte of the shard before its trailer and compare with the
+ * trailer: FLOW_ERR_CHECKSUM naming the file otherwise.  Reads the whole
+ * file once. */
+FLOW_EXPORT flow_err_t flow_shard_verify_checksum(const flow_shard_t *shard,
+						  flow_diag_t *diag)
+	FLOW_MUST_CHECK;
 
 /* Check a shard file completely: header, sizes, frame index, every frame
  * decodes to the right length, every token is below the vocabulary, and

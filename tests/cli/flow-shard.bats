@@ -106,6 +106,9 @@ setup() {
 	assert_usage_error flow-shard "--vocab: "
 	run -2 --separate-stderr flow-shard --frame-tokens 0 --compress -o out corpus.txt
 	assert_usage_error flow-shard "--frame-tokens: "
+	# Readers allocate a frame: flow-shard(5) limits its length.
+	run -2 --separate-stderr flow-shard --frame-tokens 16777217 --compress -o out corpus.txt
+	assert_usage_error flow-shard "--frame-tokens: integer '16777217' out of range [1, 16777216]"
 	assert_no_artefact out
 }
 

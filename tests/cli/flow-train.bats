@@ -119,6 +119,21 @@ train_losses() {
 	[[ "$stderr" == *"the data's vocabulary (256) is larger than the model's (100)"* ]]
 }
 
+@test "flow-train refuses a shard with a flipped payload byte before training on it" {
+	cp -r "$DATA" data
+	shard=data/train-000000.bin
+	# A byte of a token in the middle of the payload: still an id below
+	# 256, so only the checksum can tell.
+	at=$(($(stat -c %s "$shard") / 2))
+	printf '\\x%02x' $(($(od -An -tu1 -j "$at" -N1 "$shard") ^ 1)) |
+		xargs -0 printf | dd of="$shard" bs=1 seek="$at" conv=notrunc status=none
+	run -1 --separate-stderr flow-train "${TRAIN[@]}" --data data --steps 2
+	# The preamble and the header, and not one step.
+	[ "${lines[-1]}" = "$(printf 'step\tphase\tloss\tlr\tgrad_norm\tms\ttokens_per_s\tmfu')" ]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ "$stderr" == "flow-train: data/train-000000.bin: checksum mismatch at byte "*": stored "*", computed "* ]]
+}
+
 @test "flow-train --eval-every needs a val split" {
 	flow-shard -q -o noval "$BATS_FILE_TMPDIR/corpus.txt"
 	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data noval --eval-every 2

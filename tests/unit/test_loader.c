@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <flow/checksum.h>
 #include <flow/loader.h>
 #include <flow/shard.h>
 
@@ -871,6 +872,169 @@ static void test_loader_reports_read_errors(void **state)
 	assert_string_equal(msgs[0], msgs[1]);
 }
 
+/* The first batch of a loader over dir, which must fail: returns the
+ * error and leaves the message in msg_out. */
+static flow_err_t first_batch_error(const char *dir, bool prefetch,
+				    bool skip_checksums,
+				    char msg_out[FLOW_DIAG_MAX])
+{
+	enum { T = 32, G = 2 };
+	flow_loader_options_t o = options(dir, T, G, 0, 1, prefetch);
+	o.skip_checksums = skip_checksums;
+	flow_loader_t *loader = open_ok(&o);
+	int32_t in[G * T], tg[G * T];
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	int rc = flow_loader_next(loader, in, tg, &diag);
+	snprintf(msg_out, FLOW_DIAG_MAX, "%s", flow_diag_message(&diag));
+	flow_loader_free(loader);
+	return rc < 0 ? (flow_err_t)rc : FLOW_OK;
+}
+
+/* A bit flipped in the payload of every shard keeps every id below the
+ * vocabulary (text: ids < 256 in u16 tokens, bit 0 of the low byte), so
+ * only the checksum can tell: the loader verifies it before the shard's
+ * first token is used, with or without prefetch, and without the check
+ * the damaged tokens would be handed out. */
+static void test_loader_verifies_checksums_before_use(void **state)
+{
+	(void)state;
+	for (int z = 0; z < 2; z++) {
+		char dir[512];
+		assert_int_equal(build(z ? "flipz" : "flip", text, 4000, 2000,
+				       0, z ? 3 : 0, z ? 128 : 0, dir,
+				       sizeof(dir)),
+				 0);
+		flow_manifest_t m;
+		flow_diag_t diag = FLOW_DIAG_INIT;
+		assert_int_equal(flow_manifest_read(dir, &m, &diag), FLOW_OK);
+		for (size_t i = 0; i < m.nshards; i++) {
+			char path[600];
+			snprintf(path, sizeof(path), "%s/%s", dir,
+				 m.shards[i].file);
+			int fd = open(path, O_RDWR);
+			assert_true(fd >= 0);
+			unsigned char h[64], b;
+			assert_int_equal(pread(fd, h, sizeof(h), 0), sizeof(h));
+			off_t at = (off_t)(h[12] | h[13] << 8) +
+				   (z ? 3 : 2 * 700);
+			assert_int_equal(pread(fd, &b, 1, at), 1);
+			b ^= 1;
+			assert_int_equal(pwrite(fd, &b, 1, at), 1);
+			close(fd);
+		}
+		flow_manifest_release(&m);
+		for (int p = 0; p < 2; p++) {
+			char msg[FLOW_DIAG_MAX];
+			assert_int_equal(first_batch_error(dir, p, false, msg),
+					 FLOW_ERR_CHECKSUM);
+			assert_non_null(strstr(msg, ": checksum mismatch at byte "));
+			assert_non_null(strstr(msg, "/train-00000"));
+		}
+		if (!z) {
+			/* The flip is harmless to the raw reader: without
+			 * the checksum it would train. */
+			char msg[FLOW_DIAG_MAX];
+			assert_int_equal(first_batch_error(dir, false, true, msg),
+					 FLOW_OK);
+		}
+	}
+}
+
+/* A shard written with the vocabulary 65536, then its header's vocabulary
+ * set to 256 and its trailer recomputed, listed by a manifest of
+ * vocabulary manifest_vocab with the right checksums: every 16th token is
+ * 300, so every window of 33 tokens holds one. */
+static void forge_dataset(const char *dir, int zstd_level,
+			  uint64_t manifest_vocab)
+{
+	enum { N = 4000 };
+	static uint32_t tokens[N];
+	for (size_t i = 0; i < N; i++)
+		tokens[i] = i % 16 == 5 ? 300 : (uint32_t)(i % 200);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	char path[600];
+	snprintf(path, sizeof(path), "%s/train-000000.bin", dir);
+	flow_shard_write_options_t w = { FLOW_DTYPE_U16, 65536, zstd_level,
+					 zstd_level ? 128 : 0 };
+	flow_shard_file_info_t info;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	assert_int_equal(flow_shard_write(path, tokens, N, &w, &info, &diag),
+			 FLOW_OK);
+	int fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	static unsigned char bytes[3 * N + 4096];
+	ssize_t size = pread(fd, bytes, sizeof(bytes), 0);
+	assert_true(size > 72 && (size_t)size < sizeof(bytes));
+	memset(bytes + 32, 0, 8);
+	bytes[33] = 1; /* 256, little-endian */
+	uint64_t sum = flow_checksum(bytes, (size_t)size - 8);
+	for (int i = 0; i < 8; i++)
+		bytes[size - 8 + i] = (unsigned char)(sum >> (8 * i));
+	assert_int_equal(pwrite(fd, bytes, (size_t)size, 0), size);
+	close(fd);
+	info.checksum = sum;
+	flow_manifest_shard_t shard = { (char *)"train-000000.bin",
+					FLOW_SPLIT_TRAIN, info };
+	flow_manifest_t m;
+	memset(&m, 0, sizeof(m));
+	m.version = FLOW_MANIFEST_VERSION;
+	m.vocab = manifest_vocab;
+	m.token_dtype = FLOW_DTYPE_U16;
+	m.zstd_level = zstd_level;
+	m.frame_tokens = w.frame_tokens;
+	m.split_tokens[FLOW_SPLIT_TRAIN] = N;
+	m.nshards = 1;
+	m.shards = &shard;
+	snprintf(path, sizeof(path), "%s/manifest", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(flow_manifest_write(&m, f, &diag), FLOW_OK);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* Ids at or above the vocabulary under valid checksums (a writer's bug,
+ * or a forged file): never handed out, raw or in zstd frames, with or
+ * without prefetch; the message names the file, the token and its byte.
+ * flow_dataset_verify (flow-shard --verify) rejects the same data. */
+static void test_loader_rejects_ids_at_or_above_the_vocabulary(void **state)
+{
+	(void)state;
+	for (int z = 0; z < 2; z++) {
+		char dir[512];
+		snprintf(dir, sizeof(dir), "%s/forged%d", tmpdir, z);
+		forge_dataset(dir, z ? 3 : 0, 256);
+		for (int p = 0; p < 2; p++) {
+			char msg[FLOW_DIAG_MAX];
+			assert_int_equal(first_batch_error(dir, p, false, msg),
+					 FLOW_ERR_FORMAT);
+			assert_non_null(strstr(msg, "/train-000000.bin: token 300 "));
+			assert_non_null(strstr(msg, " is not below the vocabulary size 256"));
+			assert_non_null(strstr(msg, z ? " in frame " : " at byte "));
+		}
+		flow_diag_t diag = FLOW_DIAG_INIT;
+		assert_int_equal(flow_dataset_verify(dir, &diag),
+				 FLOW_ERR_FORMAT);
+		assert_non_null(strstr(diag.msg, "token 300 "));
+	}
+}
+
+/* A shard whose header has another vocabulary than the manifest is refused
+ * when the loader opens it, before any token is read. */
+static void test_loader_rejects_a_shard_of_another_vocabulary(void **state)
+{
+	(void)state;
+	char dir[512];
+	snprintf(dir, sizeof(dir), "%s/othervocab", tmpdir);
+	forge_dataset(dir, 0, 65536);
+	flow_loader_options_t o = options(dir, 32, 2, 0, 1, false);
+	flow_loader_t *loader = NULL;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	assert_int_equal(flow_loader_open(&o, &loader, &diag),
+			 FLOW_ERR_FORMAT);
+	assert_null(loader);
+	assert_non_null(strstr(diag.msg, "/train-000000.bin: vocabulary size 256 at byte 32, the manifest says 65536"));
+}
+
 /* free accepts NULL, a prefetching loader that never read, and one whose
  * read ahead is still in flight. */
 static void test_loader_free_stops_prefetching(void **state)
@@ -912,6 +1076,9 @@ int main(void)
 		cmocka_unit_test(test_loader_open_rejects_bad_options),
 		cmocka_unit_test(test_loader_seek_rejects_states_off_a_batch_boundary),
 		cmocka_unit_test(test_loader_reports_read_errors),
+		cmocka_unit_test(test_loader_verifies_checksums_before_use),
+		cmocka_unit_test(test_loader_rejects_ids_at_or_above_the_vocabulary),
+		cmocka_unit_test(test_loader_rejects_a_shard_of_another_vocabulary),
 		cmocka_unit_test(test_loader_free_stops_prefetching),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown) ?

@@ -170,8 +170,37 @@ static void test_shard_write_rejects_bad_options(void **state)
 	o.vocab = 1000;
 	o.zstd_level = 3;
 	assert_int_equal(flow_shard_write(path, t, 2, &o, NULL, &diag), FLOW_ERR_USAGE);
-	assert_non_null(strstr(diag.msg, "tokens per frame"));
+	assert_non_null(strstr(diag.msg, "tokens per frame 0 outside 1..16777216"));
+	flow_diag_clear(&diag);
+	o.frame_tokens = FLOW_SHARD_MAX_FRAME_TOKENS + 1;
+	assert_int_equal(flow_shard_write(path, t, 2, &o, NULL, &diag), FLOW_ERR_USAGE);
+	assert_non_null(strstr(diag.msg, "tokens per frame 16777217 outside 1..16777216"));
 	assert_int_equal(access(path, F_OK), -1); /* nothing written */
+}
+
+static void poke32(long offset, uint32_t v);
+
+/* A header's frame length bounds what a reader allocates: beyond the limit
+ * the shard is refused at open; within it, a short shard claiming long
+ * frames reads through a buffer of its own length (under ASan, a larger
+ * read would be caught). */
+static void test_shard_frame_length_is_bounded(void **state)
+{
+	(void)state;
+	uint32_t t[10] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 }, out[10];
+	write_shard(t, 10, FLOW_DTYPE_U32, 256, 3, FLOW_SHARD_MAX_FRAME_TOKENS,
+		    NULL);
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_shard_t *s = NULL;
+	assert_int_equal(flow_shard_open(path, &s, &diag), FLOW_OK);
+	assert_int_equal(flow_shard_read(s, 0, 10, out, &diag), FLOW_OK);
+	assert_memory_equal(out, t, sizeof(t));
+	flow_shard_close(s);
+	poke32(40, FLOW_SHARD_MAX_FRAME_TOKENS + 1);
+	s = NULL;
+	assert_int_equal(flow_shard_open(path, &s, &diag), FLOW_ERR_FORMAT);
+	assert_null(s);
+	assert_non_null(strstr(diag.msg, ": tokens per frame 16777217 at byte 40 exceed the limit of 16777216"));
 }
 
 static void test_shard_read_outside_is_an_error(void **state)
@@ -452,6 +481,7 @@ int main(void)
 		T(test_shard_round_trip_empty_and_single),
 		T(test_shard_layout_is_little_endian_and_documented),
 		T(test_shard_write_rejects_bad_options),
+	T(test_shard_frame_length_is_bounded),
 		T(test_shard_read_outside_is_an_error),
 		T(test_shard_damage_is_found_with_its_byte_offset),
 		T(test_shard_corrupt_frame_fails_the_read_with_its_offset),
