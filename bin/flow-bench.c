@@ -14,7 +14,9 @@
 #include <flow/bench.h>
 #include <flow/device.h>
 #include <flow/bench_comm.h>
+#include <flow/bench_loader.h>
 #include <flow/comm.h>
+#include <flow/json.h>
 #include <flow/log.h>
 
 #include "tool.h"
@@ -22,16 +24,21 @@
 static const char help_text[] =
 	"Usage: flow-bench kernel NAME [options]\n"
 	"       flow-bench comm COLLECTIVE [-b MIN] [-e MAX] [-f FACTOR] [options]\n"
+	"       flow-bench loader DIR [--seq-len T] [--batch B] [--batches N]\n"
 	"Benchmark flow's CPU kernels against the BLAS and check every result\n"
-	"against the reference kernels, or flow's collectives across the ranks\n"
-	"of a job (nccl-tests' columns).  Writes '#' comment lines and TSV rows\n"
-	"(or one JSON document with --json) to standard output.\n"
+	"against the reference kernels, flow's collectives across the ranks\n"
+	"of a job (nccl-tests' columns), or the data loader with its checks\n"
+	"against the loader without them.  Writes '#' comment lines and TSV\n"
+	"rows (or one JSON document with --json) to standard output.\n"
 	"\n"
 	"Modes:\n"
 	"  kernel NAME        benchmark kernel NAME, each pass (fwd, bwd, ...)\n"
 	"  comm COLLECTIVE    all_reduce, reduce_scatter, all_gather, all_to_all or\n"
 	"                     broadcast, from MIN to MAX bytes; run it under\n"
 	"                     srun --mpi=pmix, mpirun, or with --nproc N\n"
+	"  loader DIR         read batches of dataset DIR with every shard's\n"
+	"                     checksum verified (as flow-train does) and without,\n"
+	"                     alternately, and report tokens/s and their ratio\n"
 	"\n"
 	"Kernels (NAME) and their --shape syntax:\n"
 	"  peak          N          cblas_sgemm N x N x N, the GFLOP/s ceiling\n"
@@ -59,6 +66,12 @@ static const char help_text[] =
 	"                         instead of measuring it\n"
 	"      --device D         cpu, or cuda: peak and matmul on the GPU, against\n"
 	"                         cuBLAS's own sgemm (the blas columns) [cpu]\n"
+	"\n"
+	"Options of loader (also --iters N, timed passes per variant [5]):\n"
+	"      --seq-len T        tokens per sample [1024]\n"
+	"      --batch B          samples per batch [8]\n"
+	"      --batches N        batches per pass [64]\n"
+	"      --split S          train or val [train]\n"
 	"\n"
 	"Options of comm (also --iters [20] and --warmup [5]):\n"
 	"  -b, --minbytes SIZE    smallest size [8], K/M/G suffixes (binary)\n"
@@ -90,6 +103,10 @@ enum {
 	OPT_COMM_TIMEOUT,
 	OPT_NPROC,
 	OPT_DEVICE,
+	OPT_SEQ_LEN,
+	OPT_BATCH,
+	OPT_BATCHES,
+	OPT_SPLIT,
 };
 
 static const struct option long_options[] = {
@@ -109,6 +126,10 @@ static const struct option long_options[] = {
 	{ "comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT },
 	{ "nproc", required_argument, NULL, OPT_NPROC },
 	{ "device", required_argument, NULL, OPT_DEVICE },
+	{ "seq-len", required_argument, NULL, OPT_SEQ_LEN },
+	{ "batch", required_argument, NULL, OPT_BATCH },
+	{ "batches", required_argument, NULL, OPT_BATCHES },
+	{ "split", required_argument, NULL, OPT_SPLIT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -138,6 +159,9 @@ typedef struct bench_opts {
 	flow_comm_backend_t backend;
 	double timeout_s;
 	flow_bench_coll_t coll;
+	/* loader */
+	flow_bench_loader_config_t loader;
+	const char *loader_only; /* the first loader option given */
 } bench_opts_t;
 
 struct bench_mode {
@@ -495,11 +519,78 @@ fail:
 	return 1;
 }
 
+/* ---- mode "loader" ---------------------------------------------------------- */
+
+static void loader_validate(const flow_tool_t *tool, bench_opts_t *o)
+{
+	if (o->nargs < 1)
+		flow_tool_usage_error(tool, "missing dataset directory after 'loader'");
+	if (o->nargs > 1)
+		flow_tool_usage_error(tool, "unexpected argument '%s'",
+				      o->args[1]);
+	if (o->nshape_text)
+		flow_tool_usage_error(tool, "option '--shape' cannot be used with mode 'loader'");
+	o->loader.dir = o->args[0];
+	if (!o->iters_given)
+		o->loader.iters = 5;
+}
+
+static int loader_run(const flow_tool_t *tool, bench_opts_t *o)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_bench_machine_t machine;
+	flow_bench_loader_result_t r[2];
+	const flow_bench_loader_config_t *cfg = &o->loader;
+
+	flow_bench_machine_describe(&machine);
+	if (flow_bench_loader_run(cfg, r, &diag) != FLOW_OK)
+		return flow_tool_fail(tool, &diag);
+	/* checked / unchecked throughput, first and steady */
+	double ratio[2] = {
+		r[0].first_s > 0 ? r[1].first_s / r[0].first_s : 0,
+		r[0].steady_s > 0 ? r[1].steady_s / r[0].steady_s : 0,
+	};
+	if (tool->json) {
+		fputs("{\"tool\":\"flow-bench\",\"mode\":\"loader\",\"machine\":", stdout);
+		flow_bench_write_json_machine(stdout, &machine);
+		fputs(",\"config\":{\"data\":", stdout);
+		flow_json_write_string(stdout, cfg->dir);
+		printf(",\"split\":\"%s\",\"seq_len\":%u,\"batch\":%llu,\"batches\":%llu,\"iters\":%u},\"records\":[",
+		       flow_split_name(cfg->split), cfg->seq_len,
+		       (unsigned long long)cfg->batch,
+		       (unsigned long long)cfg->batches, cfg->iters);
+		for (int v = 0; v < 2; v++)
+			printf("%s{\"variant\":\"%s\",\"tokens\":%llu,\"first_s\":%.6g,\"first_tokens_per_s\":%.6g,\"steady_s\":%.6g,\"steady_tokens_per_s\":%.6g}",
+			       v ? "," : "", r[v].variant,
+			       (unsigned long long)r[v].tokens, r[v].first_s,
+			       r[v].first_tokens_per_s, r[v].steady_s,
+			       r[v].steady_tokens_per_s);
+		printf("],\"first_ratio\":%.4f,\"steady_ratio\":%.4f}\n",
+		       ratio[0], ratio[1]);
+		return 0;
+	}
+	flow_bench_write_machine(stdout, &machine);
+	printf("# config: mode loader, data %s, split %s, seq-len %u, batch %llu, %llu batches per half pass, %u timed passes per variant\n",
+	       cfg->dir, flow_split_name(cfg->split), cfg->seq_len,
+	       (unsigned long long)cfg->batch,
+	       (unsigned long long)cfg->batches, cfg->iters);
+	printf("variant\ttokens\tfirst_s\tfirst_tokens_per_s\tsteady_s\tsteady_tokens_per_s\n");
+	for (int v = 0; v < 2; v++)
+		printf("%s\t%llu\t%.6f\t%.4g\t%.6f\t%.4g\n", r[v].variant,
+		       (unsigned long long)r[v].tokens, r[v].first_s,
+		       r[v].first_tokens_per_s, r[v].steady_s,
+		       r[v].steady_tokens_per_s);
+	printf("# checked/unchecked throughput: first %.3f (checksums verified), steady %.3f (ids checked); the same tokens (%016llx)\n",
+	       ratio[0], ratio[1], (unsigned long long)r[0].digest);
+	return 0;
+}
+
 /* ---- modes ------------------------------------------------------------------ */
 
 static const bench_mode_t modes[] = {
 	{ "kernel", kernel_validate, kernel_run },
 	{ "comm", comm_validate, comm_run },
+	{ "loader", loader_validate, loader_run },
 };
 
 static const bench_mode_t *find_mode(const char *name)
@@ -522,6 +613,10 @@ static void opts_init(bench_opts_t *o)
 	o->dtype_text = "f32";
 	o->backend_text = "cpu";
 	o->timeout_s = FLOW_COMM_TIMEOUT_DEFAULT;
+	o->loader.split = FLOW_SPLIT_TRAIN;
+	o->loader.seq_len = 1024;
+	o->loader.batch = 8;
+	o->loader.batches = 64;
 }
 
 static void parse_options(flow_tool_t *tool, bench_opts_t *o, int argc,
@@ -543,8 +638,31 @@ static void parse_options(flow_tool_t *tool, bench_opts_t *o, int argc,
 		case OPT_ITERS:
 			o->cfg.iters = (unsigned)flow_tool_int(tool, "--iters",
 							       optarg, 1, 1000000);
+			o->loader.iters = o->cfg.iters;
 			o->iters_given = true;
 			break;
+		case OPT_SEQ_LEN:
+			o->loader.seq_len = (uint32_t)flow_tool_int(
+				tool, "--seq-len", optarg, 1, 1 << 20);
+			o->loader_only = o->loader_only ? o->loader_only : "--seq-len";
+			break;
+		case OPT_BATCH:
+			o->loader.batch = (uint64_t)flow_tool_int(
+				tool, "--batch", optarg, 1, 1 << 20);
+			o->loader_only = o->loader_only ? o->loader_only : "--batch";
+			break;
+		case OPT_BATCHES:
+			o->loader.batches = (uint64_t)flow_tool_int(
+				tool, "--batches", optarg, 1, 1 << 30);
+			o->loader_only = o->loader_only ? o->loader_only : "--batches";
+			break;
+		case OPT_SPLIT: {
+			flow_diag_t diag = FLOW_DIAG_INIT;
+			if (flow_split_parse(optarg, &o->loader.split, &diag) != FLOW_OK)
+				flow_tool_usage_error(tool, "--split: %s", flow_diag_message(&diag));
+			o->loader_only = o->loader_only ? o->loader_only : "--split";
+			break;
+		}
 		case OPT_WARMUP:
 			o->cfg.warmup = (unsigned)flow_tool_int(tool, "--warmup",
 								optarg, 0, 1000000);
@@ -609,10 +727,13 @@ static void parse_options(flow_tool_t *tool, bench_opts_t *o, int argc,
 static void validate(flow_tool_t *tool, bench_opts_t *o)
 {
 	if (o->nargs < 1)
-		flow_tool_usage_error(tool, "missing mode (kernel or comm)");
+		flow_tool_usage_error(tool, "missing mode (kernel, comm or loader)");
 	o->mode = find_mode(o->args[0]);
 	if (!o->mode)
 		flow_tool_usage_error(tool, "unknown mode '%s'", o->args[0]);
+	if (o->loader_only && strcmp(o->mode->name, "loader") != 0)
+		flow_tool_usage_error(tool, "option '%s' needs mode 'loader'",
+				      o->loader_only);
 	o->args++;
 	o->nargs--;
 	o->mode->validate(tool, o);

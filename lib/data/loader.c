@@ -42,7 +42,7 @@ struct flow_loader {
 	uint64_t *first_sample;
 	flow_shard_t **shards;
 	/* Whose checksum has been verified (by the reading thread, before
-	 * its first token is used); all true with skip_checksums. */
+	 * its first token is used); all true when unchecked. */
 	bool *verified;
 
 	/* Reading: one window and one batch, used by the reading thread. */
@@ -56,7 +56,7 @@ struct flow_loader {
 	/* Prefetch.  Under lock: stop, requested, request_step, busy, ready,
 	 * ready_err, ready_diag, and batch_* while ready. */
 	bool prefetch;
-	bool skip_checksums;
+	bool unchecked;
 	bool sync_inited;
 	bool thread_started;
 	pthread_t thread;
@@ -351,7 +351,9 @@ static flow_err_t map_shards(flow_loader_t *loader, flow_diag_t *diag)
 			 * (read_batch). */
 			err = flow_shard_check(loader->shards[k], &s->info,
 					       m->vocab, diag);
-			loader->verified[k] = loader->skip_checksums;
+			loader->verified[k] = loader->unchecked;
+			if (loader->unchecked)
+				flow_shard_skip_checks(loader->shards[k]);
 		}
 		free(path);
 		if (err != FLOW_OK)
@@ -384,7 +386,7 @@ flow_err_t flow_loader_open(const flow_loader_options_t *options,
 	loader->dp_size = options->dp_size;
 	loader->local_batch = options->global_batch / options->dp_size;
 	loader->prefetch = options->prefetch;
-	loader->skip_checksums = options->skip_checksums;
+	loader->unchecked = options->unchecked;
 	loader->dir = strdup(options->dir);
 	if (!loader->dir) {
 		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory",

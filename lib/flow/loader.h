@@ -41,11 +41,12 @@ typedef struct flow_loader_options {
 	uint32_t dp_rank;       /* r < dp_size */
 	uint32_t dp_size;       /* W, dividing global_batch */
 	bool prefetch;          /* read the next batch on a background thread */
-	/* Use shards without verifying their checksums: only to measure what
-	 * verifying costs (flow-bench loader).  By default each shard's
-	 * checksum is verified once, before the first of its tokens is
-	 * used. */
-	bool skip_checksums;
+	/* Hand out tokens unchecked, as the loader did before it checked
+	 * them: no checksums, no vocabulary (flow_shard_skip_checks).  Only
+	 * to measure what the checks cost (flow-bench loader).  By default
+	 * each shard's checksum is verified once, before the first of its
+	 * tokens is used, and every token is checked. */
+	bool unchecked;
 } flow_loader_options_t;
 
 /* Where the stream continues: epoch and index within that epoch's order

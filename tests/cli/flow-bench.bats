@@ -303,3 +303,45 @@ assert d["result"] == "FAIL" and d["wrong"] > 0
 	[[ "$output" == *"OMP_WAIT_POLICY ACTIVE"* ]]
 	[[ "$output" == *"# warning: OpenBLAS runs 'Prescott' kernels but this CPU can run"* ]]
 }
+
+# ---- loader ------------------------------------------------------------------
+
+# A small dataset in ./data: 4 shards of text.
+small_dataset() {
+	for i in $(seq 1 2000); do printf 'line %d of the corpus\n' "$i"; done >corpus.txt
+	flow-shard -q --shard-tokens 12K -o data corpus.txt
+}
+
+@test "flow-bench loader reads with checks and without, the same tokens" {
+	cd "$BATS_TEST_TMPDIR"
+	small_dataset
+	run -0 --separate-stderr flow-bench loader data --seq-len 64 --batch 4 --batches 3 --iters 2 -q
+	[ -z "$stderr" ]
+	[[ "$output" == *$'\n# config: mode loader, data data, split train, seq-len 64, batch 4, 3 batches per half pass, 2 timed passes per variant\n'* ]]
+	[[ "$output" == *$'\nvariant\ttokens\tfirst_s\tfirst_tokens_per_s\tsteady_s\tsteady_tokens_per_s\n'* ]]
+	[[ "$output" =~ $'\n'checked$'\t'768$'\t' ]]
+	[[ "$output" =~ $'\n'unchecked$'\t'768$'\t' ]]
+	[[ "${lines[-1]}" == "# checked/unchecked throughput: first "*" (checksums verified), steady "*" (ids checked); the same tokens ("*")" ]]
+	run -0 --separate-stderr flow-bench loader data --seq-len 64 --batches 2 --iters 1 --json -q
+	[[ "$output" == '{"tool":"flow-bench","mode":"loader",'*'"records":[{"variant":"checked","tokens":1024,'*'{"variant":"unchecked","tokens":1024,'*'"first_ratio":'*'"steady_ratio":'*'}' ]]
+}
+
+@test "flow-bench loader: usage errors" {
+	run -2 --separate-stderr flow-bench loader
+	assert_usage_error flow-bench "missing dataset directory after 'loader'"
+	run -2 --separate-stderr flow-bench loader a b
+	assert_usage_error flow-bench "unexpected argument 'b'"
+	run -2 --separate-stderr flow-bench kernel gelu --seq-len 64
+	assert_usage_error flow-bench "option '--seq-len' needs mode 'loader'"
+	run -2 --separate-stderr flow-bench loader data --split test
+	assert_usage_error flow-bench "--split: unknown split 'test' (expected train or val)"
+}
+
+@test "flow-bench loader on a damaged shard fails with one line naming it" {
+	cd "$BATS_TEST_TMPDIR"
+	small_dataset
+	printf 'x' | dd of=data/train-000001.bin bs=1 seek=200 conv=notrunc status=none
+	run -1 --separate-stderr flow-bench loader data --seq-len 64 --batches 8 --iters 1 -q
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ "$stderr" == "flow-bench: data/train-000001.bin: checksum mismatch at byte "* ]]
+}

@@ -875,12 +875,12 @@ static void test_loader_reports_read_errors(void **state)
 /* The first batch of a loader over dir, which must fail: returns the
  * error and leaves the message in msg_out. */
 static flow_err_t first_batch_error(const char *dir, bool prefetch,
-				    bool skip_checksums,
+				    bool unchecked,
 				    char msg_out[FLOW_DIAG_MAX])
 {
 	enum { T = 32, G = 2 };
 	flow_loader_options_t o = options(dir, T, G, 0, 1, prefetch);
-	o.skip_checksums = skip_checksums;
+	o.unchecked = unchecked;
 	flow_loader_t *loader = open_ok(&o);
 	int32_t in[G * T], tg[G * T];
 	flow_diag_t diag = FLOW_DIAG_INIT;
