@@ -397,6 +397,18 @@ flow_err_t flow_ckpt_latest(const char *ckpt_dir, char **path_out,
 	if (err == FLOW_OK && !best)
 		err = flow_diag_set(diag, FLOW_ERR_USAGE,
 				    "%s: no committed checkpoint", ckpt_dir);
+	/* The name only proposes: the manifest, read and checked, must be
+	 * of that step, or a directory renamed or copied over another would
+	 * be resumed as a step it is not. */
+	flow_ckpt_t *ck = NULL;
+	if (err == FLOW_OK)
+		err = flow_ckpt_open(best, &ck, diag);
+	if (err == FLOW_OK && flow_ckpt_step(ck) != best_step)
+		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+				    "%s/manifest: holds step %" PRIu64
+				    ", not the %" PRIu64 " its directory is named for",
+				    best, flow_ckpt_step(ck), best_step);
+	flow_ckpt_free(ck);
 	if (err != FLOW_OK) {
 		free(best);
 		return err;

@@ -135,10 +135,14 @@ FLOW_EXPORT flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
 FLOW_EXPORT flow_err_t flow_ckpt_verify(const flow_ckpt_t *ckpt,
 					flow_diag_t *diag) FLOW_MUST_CHECK;
 
-/* The committed checkpoint of ckpt_dir with the highest step (directories
- * named step-NNNNNNNN holding a manifest; others are ignored): *path_out
- * caller-owned.  FLOW_ERR_USAGE "ckpt/: no committed checkpoint" when
- * there is none; FLOW_ERR_IO when ckpt_dir cannot be read. */
+/* The committed checkpoint of ckpt_dir with the highest step: of the
+ * directories named step-NNNNNNNN holding a manifest (others, such as a
+ * step whose writing was killed before its commit, are ignored), the one
+ * named for the highest step, whose manifest must then pass
+ * flow_ckpt_open and hold that step (FLOW_ERR_FORMAT naming it otherwise:
+ * it is reported, not skipped).  *path_out caller-owned.  FLOW_ERR_USAGE
+ * "ckpt/: no committed checkpoint" when there is none; FLOW_ERR_IO when
+ * ckpt_dir cannot be read. */
 FLOW_EXPORT flow_err_t flow_ckpt_latest(const char *ckpt_dir, char **path_out,
 					flow_diag_t *diag) FLOW_MUST_CHECK;
 

@@ -309,6 +309,38 @@ static flow_err_t state_u64(const flow_ckpt_t *ck, const char *path,
 	return FLOW_OK;
 }
 
+/* Each step reads grad_accum global batches, so the loader of a
+ * checkpoint of step S stands at sample S * batch * grad_accum of its
+ * stream: a checkpoint whose two disagree (edited, or pieced together
+ * from two runs) would resume on other data than the run it claims to
+ * continue. */
+static flow_err_t check_loader_position(const flow_trainer_t *t,
+					const flow_ckpt_t *ck,
+					const char *path,
+					const flow_loader_state_t *ls,
+					flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	uint64_t n = flow_loader_samples_per_epoch(t->train);
+	uint64_t step = flow_ckpt_step(ck), have, want;
+	bool bad = ls->index >= n ||
+		   __builtin_mul_overflow(ls->epoch, n, &have) ||
+		   __builtin_add_overflow(have, ls->index, &have) ||
+		   __builtin_mul_overflow(step, (uint64_t)c->batch * c->grad_accum,
+					  &want) ||
+		   have != want;
+	if (!bad)
+		return FLOW_OK;
+	return flow_diag_set(diag, FLOW_ERR_FORMAT,
+			     "%s: the loader stands at epoch %" PRIu64
+			     " sample %" PRIu64 " (of %" PRIu64
+			     "), which is not where step %" PRIu64
+			     " of batch %" PRIu32 " x grad-accum %" PRIu32
+			     " leaves it",
+			     path, ls->epoch, ls->index, n, step, c->batch,
+			     c->grad_accum);
+}
+
 flow_err_t trainer_resume(flow_trainer_t *t, flow_diag_t *diag)
 {
 	const flow_train_config_t *c = &t->cfg;
@@ -357,7 +389,8 @@ flow_err_t trainer_resume(flow_trainer_t *t, flow_diag_t *diag)
 	}
 	flow_loader_state_t ls;
 	if ((err = state_u64(ck, path, "loader.epoch", &ls.epoch, diag)) ||
-	    (err = state_u64(ck, path, "loader.index", &ls.index, diag)))
+	    (err = state_u64(ck, path, "loader.index", &ls.index, diag)) ||
+	    (err = check_loader_position(t, ck, path, &ls, diag)))
 		goto out_close;
 
 	/* This rank's parts: any layout the checkpoint was written in will

@@ -322,6 +322,78 @@ static void test_train_resume_refuses_other_settings(void **state)
 	free(step2);
 }
 
+/* Commit step_dir again, as step `step`, with its state but key set to
+ * value (NULL: unchanged): a checkpoint edited, or pieced together, with
+ * a manifest whose checksum is right. */
+static void recommit(const char *step_dir, uint64_t step, const char *key,
+		     const char *value)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_ckpt_t *ck = NULL;
+	assert_int_equal(flow_ckpt_open(step_dir, &ck, &diag), FLOW_OK);
+	const flow_ckpt_kv_t *kv;
+	size_t n = flow_ckpt_state(ck, &kv);
+	flow_ckpt_kv_t edited[64];
+	char keys[64][64], values[64][256];
+	assert_true(n <= 64);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(keys[i], sizeof keys[i], "%s", kv[i].key);
+		snprintf(values[i], sizeof values[i], "%s",
+			 key && strcmp(kv[i].key, key) == 0 ? value : kv[i].value);
+		edited[i] = (flow_ckpt_kv_t){ keys[i], values[i] };
+	}
+	flow_ckpt_free(ck);
+	assert_int_equal(flow_ckpt_commit(step_dir, step, 1, edited, n, &diag),
+			 FLOW_OK);
+}
+
+/* What a checkpoint says of itself must agree: a loader position that is
+ * not where its step leaves the stream, and a manifest of another step
+ * than its directory's name, are refused with the file named. */
+static void test_train_resume_checks_the_checkpoints_own_state(void **state)
+{
+	(void)state;
+	flow_train_row_t rows[MAX_ROWS];
+	char ck[512];
+	snprintf(ck, sizeof ck, "%s/self", tmpdir);
+	flow_train_config_t c;
+	config_of(&c, 2);
+	c.ckpt_dir = ck;
+	flow_trainer_t *t = trainer_of(&c);
+	assert_int_equal(run_to_end(t, rows), 2);
+	flow_trainer_free(t);
+	char *step2 = flow_ckpt_step_path(ck, 2);
+	assert_non_null(step2);
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	char want[FLOW_DIAG_MAX];
+
+	/* Step 2 of batch 2 x grad-accum 2 leaves the loader at sample 8. */
+	recommit(step2, 2, "loader.index", "4");
+	config_of(&c, 2);
+	c.resume = step2;
+	t = NULL;
+	assert_int_equal(flow_trainer_new(&c, &t, &diag), FLOW_ERR_FORMAT);
+	assert_null(t);
+	assert_non_null(strstr(diag.msg, ": the loader stands at epoch 0 sample 4 (of "));
+	assert_non_null(strstr(diag.msg, "), which is not where step 2 of batch 2 x grad-accum 2 leaves it"));
+	recommit(step2, 2, "loader.index", "8");
+	t = trainer_of(&c);
+	flow_trainer_free(t);
+
+	/* Renamed or copied: step-00000002 holding step 3. */
+	recommit(step2, 3, NULL, NULL);
+	c.resume = "latest";
+	c.ckpt_dir = ck;
+	flow_diag_clear(&diag);
+	if (flow_trainer_new(&c, &t, &diag) != FLOW_ERR_FORMAT)
+		fail_msg("%s", flow_diag_message(&diag));
+	snprintf(want, sizeof want,
+		 "%s/manifest: holds step 3, not the 2 its directory is named for",
+		 step2);
+	assert_string_equal(flow_diag_message(&diag), want);
+	free(step2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -331,6 +403,7 @@ int main(void)
 		cmocka_unit_test(test_train_no_world_has_no_data_parallel_group),
 		cmocka_unit_test(test_train_resume_repeats_the_uninterrupted_run),
 		cmocka_unit_test(test_train_resume_refuses_other_settings),
+		cmocka_unit_test(test_train_resume_checks_the_checkpoints_own_state),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
