@@ -250,13 +250,13 @@ flow_err_t ckpt_catalog_add_tensor(ckpt_catalog_t *c, const ckpt_tensor_t *t,
 {
 	if (!ckpt_grow((void **)&c->tensors, &c->tcap, c->ntensors + 1,
 		       sizeof(*c->tensors)))
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory listing tensor '%s' (after %zu)", t->desc.name, c->ntensors);
 	/* Keep the table at most half full. */
 	if (2 * (c->ntensors + 1) > c->nslots) {
 		size_t n = c->nslots ? 2 * c->nslots : 64;
 		size_t *slots = calloc(n, sizeof(*slots));
 		if (!slots)
-			return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+			return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory indexing tensor '%s' (after %zu)", t->desc.name, c->ntensors);
 		for (size_t i = 0; i < c->ntensors; i++)
 			slot_insert(slots, n, c->tensors[i].desc.name, i);
 		free(c->slots);
@@ -274,7 +274,7 @@ flow_err_t ckpt_catalog_add_shard(ckpt_catalog_t *c, const ckpt_shard_t *s,
 {
 	if (!ckpt_grow((void **)&c->shards, &c->scap, c->nshards + 1,
 		       sizeof(*c->shards)))
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory listing a shard (after %zu)", c->nshards);
 	c->shards[c->nshards++] = *s;
 	return FLOW_OK;
 }
@@ -361,7 +361,7 @@ flow_err_t ckpt_check_tiling(ckpt_catalog_t *c, size_t t,
 	if (!flow_mul_size(n, sizeof(*e), &bytes) || !(e = malloc(bytes)) ||
 	    !flow_mul_size(n, sizeof(*keys), &bytes) ||
 	    !(keys = malloc(bytes))) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory checking the %zu shards of tensor '%s'", n, tensor->desc.name);
 		goto out_free;
 	}
 	int sweep = -1;
@@ -497,7 +497,7 @@ flow_err_t ckpt_check_files(const ckpt_catalog_t *c, const char *dir,
 		return FLOW_OK;
 	if (!flow_mul_size(c->nshards, sizeof(*order), &bytes) ||
 	    !(order = malloc(bytes)))
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory checking %zu shards", dir, c->nshards);
 	for (size_t i = 0; i < c->nshards; i++)
 		order[i] = &c->shards[i];
 	qsort(order, c->nshards, sizeof(*order), cmp_shard_rank);
@@ -514,7 +514,7 @@ flow_err_t ckpt_check_files(const ckpt_catalog_t *c, const char *dir,
 		}
 		free(path);
 		if (!(path = ckpt_rank_path(dir, first->rank, "bin"))) {
-			err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+			err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory naming the data file of rank %" PRIu32, dir, first->rank);
 			goto out_free;
 		}
 		struct stat st;
@@ -717,7 +717,7 @@ static flow_err_t parse_state(flow_textrec_t *p, ckpt_doc_t *doc, char *line,
 						  key);
 	if (!ckpt_grow((void **)&doc->kv, &doc->kvcap, doc->nkv + 1,
 		       sizeof(*doc->kv)))
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory for state key '%s'", p->path, key);
 	doc->kv[doc->nkv].key = key;
 	doc->kv[doc->nkv].value = value;
 	doc->nkv++;

@@ -59,10 +59,10 @@ flow_err_t flow_ckpt_open(const char *step_dir, flow_ckpt_t **ckpt_out,
 				     "checkpoints need a little-endian host");
 	flow_ckpt_t *c = calloc(1, sizeof(*c));
 	if (!c)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory opening the checkpoint", step_dir);
 	if (!(c->dir = strdup(step_dir)) ||
 	    !(c->manifest_path = ckpt_path_join(step_dir, "manifest"))) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory opening the checkpoint", step_dir);
 		goto out_free;
 	}
 	struct stat st;
@@ -169,7 +169,7 @@ static flow_err_t data_file_open(const flow_ckpt_t *c, data_file_t *f,
 		return FLOW_OK;
 	data_file_close(f);
 	if (!(f->path = ckpt_rank_path(c->dir, rank, "bin")))
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory naming the data file of rank %" PRIu32, c->dir, rank);
 	f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
 	if (f->fd < 0)
 		return flow_diag_errno(diag, FLOW_ERR_IO, errno, "cannot open '%s'",
@@ -282,7 +282,7 @@ flow_err_t flow_ckpt_verify(const flow_ckpt_t *ckpt, flow_diag_t *diag)
 	flow_checksum_state_t *sum = flow_checksum_state_new();
 	void *buf = flow_alloc(VERIFY_CHUNK);
 	if (!sum || !buf) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory for verifying buffers", ckpt->dir);
 		goto out_free;
 	}
 	for (size_t t = 0; t < ckpt->cat.ntensors; t++) {
@@ -380,7 +380,7 @@ flow_err_t flow_ckpt_latest(const char *ckpt_dir, char **path_out,
 		probe = dir ? ckpt_path_join(dir, "manifest") : NULL;
 		if (!probe) {
 			free(dir);
-			err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+			err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory naming %s", ckpt_dir, e->d_name);
 			break;
 		}
 		struct stat st;

@@ -168,12 +168,12 @@ flow_err_t flow_atomic_file_open(const char *path,
 	flow_err_t err = FLOW_OK;
 	flow_atomic_file_t *file = calloc(1, sizeof(*file));
 	if (!file)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory opening it for writing", path);
 	file->slot = -1;
 	file->final_path = strdup(path);
 	file->temp_path = dup_printf("%s.tmp.%ld", path, (long)getpid());
 	if (!file->final_path || !file->temp_path) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory opening it for writing", path);
 		goto out_free;
 	}
 	file->slot = temp_register(file->temp_path);
@@ -314,7 +314,7 @@ flow_err_t flow_fsync_dir(const char *path, flow_diag_t *diag)
 			dir = strndup(path, (size_t)(slash - path));
 	}
 	if (!dir)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory naming its directory", path);
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0) {
 		err = flow_diag_errno(diag, FLOW_ERR_IO, errno,
@@ -352,10 +352,17 @@ flow_err_t flow_file_read_all(const char *path, char **data_out,
 				    path);
 		goto out_close;
 	}
+	if ((uint64_t)st.st_size > FLOW_TEXT_FILE_MAX) {
+		err = flow_diag_set(diag, FLOW_ERR_RANGE,
+				    "%s: %lld bytes is more than a text file may hold (%zu)",
+				    path, (long long)st.st_size, FLOW_TEXT_FILE_MAX);
+		goto out_close;
+	}
 	size_t len = (size_t)st.st_size, cap;
 	if (!flow_add_size(len, 1, &cap) || !(data = malloc(cap))) {
 		err = flow_diag_set(diag, FLOW_ERR_NOMEM,
-				    "out of memory reading '%s'", path);
+				    "%s: out of memory for its %zu bytes", path,
+				    len);
 		goto out_close;
 	}
 	size_t got = 0;
@@ -400,11 +407,18 @@ flow_err_t flow_file_read_stream(FILE *f, const char *name, char **data_out,
 		if (len + 1 >= cap) {
 			size_t ncap;
 			char *p;
+			if (len > FLOW_TEXT_FILE_MAX) {
+				free(data);
+				return flow_diag_set(diag, FLOW_ERR_RANGE,
+						     "%s: more than a text file may hold (%zu bytes)",
+						     name, FLOW_TEXT_FILE_MAX);
+			}
 			if (!flow_mul_size(cap ? cap : 32768, 2, &ncap) ||
 			    !(p = realloc(data, ncap))) {
 				free(data);
 				return flow_diag_set(diag, FLOW_ERR_NOMEM,
-						     "%s: out of memory", name);
+						     "%s: out of memory growing past %zu bytes",
+						     name, cap);
 			}
 			data = p;
 			cap = ncap;
@@ -435,7 +449,7 @@ flow_err_t flow_temp_dir_create(const char *path, flow_temp_dir_t **dir_out,
 				     path);
 	flow_temp_dir_t *dir = calloc(1, sizeof(*dir));
 	if (!dir)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory creating it", path);
 	dir->slot = -1;
 	dir->final_path = strdup(path);
 	/* "data/" names "data": the temporary goes beside it, not inside. */
@@ -446,7 +460,7 @@ flow_err_t flow_temp_dir_create(const char *path, flow_temp_dir_t **dir_out,
 		dir->temp_path = dup_printf("%s.tmp.%ld", dir->final_path,
 					    (long)getpid());
 	if (!dir->final_path || !dir->temp_path) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory creating it", path);
 		goto out_free;
 	}
 	if (strlen(dir->temp_path) >= PATH_MAX) {
@@ -534,7 +548,7 @@ flow_err_t flow_temp_dir_commit(flow_temp_dir_t *dir, flow_diag_t *diag)
 		       strndup(dir->final_path,
 			       (size_t)(slash - dir->final_path));
 	if (!parent) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory naming its parent", dir->final_path);
 	} else {
 		err = flow_fsync_dir(parent, diag);
 		free(parent);

@@ -22,7 +22,7 @@ flow_err_t flow_textrec_init(flow_textrec_t *r,
 	r->text = text;
 	r->len = len;
 	if (!(r->sum = flow_checksum_state_new()))
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory for a checksum state", path);
 	return FLOW_OK;
 }
 

@@ -60,7 +60,7 @@ static flow_err_t flush_shard(builder_t *b, flow_split_t split,
 		void *n;
 		if (!flow_mul_size(ncap, sizeof(*b->m.shards), &bytes) ||
 		    !(n = realloc(b->m.shards, bytes)))
-			return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+			return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory listing shard %s", flow_temp_dir_path(b->tmp), name);
 		b->m.shards = n;
 		b->cap_shards = ncap;
 	}
@@ -69,7 +69,7 @@ static flow_err_t flush_shard(builder_t *b, flow_split_t split,
 	char *path = join(flow_temp_dir_path(b->tmp), name);
 	if (!path || !(sh->file = strdup(name))) {
 		free(path);
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory naming shard %s", flow_temp_dir_path(b->tmp), name);
 	}
 	sh->split = split;
 	b->m.nshards++;
@@ -161,7 +161,7 @@ flow_err_t flow_dataset_build(const char *out_dir, const char *const *inputs,
 				     "output directory '%s' already exists",
 				     out_dir);
 	if (!(src = calloc(ninputs, sizeof(*src))))
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory for %zu inputs", out_dir, ninputs);
 	uint64_t vocab = 0;
 	int64_t total = -1;
 	err = open_sources(inputs, ninputs, o, src, &vocab, &total, diag);
@@ -260,7 +260,7 @@ flow_err_t flow_dataset_build(const char *out_dir, const char *const *inputs,
 	}
 
 	if (!(mpath = join(flow_temp_dir_path(b.tmp), "manifest"))) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory naming its manifest", out_dir);
 		goto out_abort;
 	}
 	err = flow_atomic_file_open(mpath, &mf, diag);
@@ -308,7 +308,7 @@ flow_err_t flow_dataset_verify(const char *dir, flow_diag_t *diag)
 	for (size_t i = 0; i < m.nshards && err == FLOW_OK; i++) {
 		char *path = join(dir, m.shards[i].file);
 		if (!path) {
-			err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+			err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory naming shard %s", dir, m.shards[i].file);
 			break;
 		}
 		err = flow_shard_verify_file(path, &m.shards[i].info, diag);

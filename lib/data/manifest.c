@@ -200,15 +200,15 @@ static flow_err_t parse_line(flow_textrec_t *p, int *state, flow_manifest_t *m,
 		if (m->nshards == *cap) {
 			size_t ncap = *cap ? 2 * *cap : 16, bytes;
 			if (!flow_mul_size(ncap, sizeof(*m->shards), &bytes))
-				return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+				return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory listing shard %s", p->path, file);
 			void *n = realloc(m->shards, bytes);
 			if (!n)
-				return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+				return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory listing shard %s", p->path, file);
 			m->shards = n;
 			*cap = ncap;
 		}
 		if (!(sh.file = strdup(file)))
-			return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+			return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory listing shard %s", p->path, file);
 		m->shards[m->nshards++] = sh;
 		return FLOW_OK;
 	}
@@ -256,7 +256,7 @@ flow_err_t flow_manifest_read(const char *dir, flow_manifest_t *manifest_out,
 	while (dlen > 1 && dir[dlen - 1] == '/')
 		dlen--;
 	if (!(path = malloc(dlen + sizeof("/manifest"))))
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory naming its manifest", dir);
 	memcpy(path, dir, dlen);
 	memcpy(path + dlen, "/manifest", sizeof("/manifest"));
 	err = flow_file_read_all(path, &text, &len, diag);
@@ -400,7 +400,7 @@ flow_err_t flow_manifest_write(flow_manifest_t *manifest, FILE *out,
 	}
 	uint64_t sum = flow_textrec_seal(&sb, &manifest_format);
 	if (sb.failed) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory formatting a manifest of %zu shards", m->nshards);
 		goto out_release;
 	}
 	errno = 0;

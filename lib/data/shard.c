@@ -363,7 +363,7 @@ static flow_err_t put_tokens(flow_atomic_file_t *file,
 	flow_err_t err = FLOW_OK;
 	unsigned char *chunk = malloc((size_t)ENCODE_CHUNK * token_bytes);
 	if (!chunk)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory encoding tokens", path);
 	for (size_t at = 0; err == FLOW_OK && at < count; at += ENCODE_CHUNK) {
 		size_t n = count - at < ENCODE_CHUNK ? count - at : ENCODE_CHUNK;
 		if (!encode_checked(chunk, tokens + at, n, token_bytes, vocab))
@@ -406,7 +406,7 @@ flow_err_t flow_shard_write(const char *path, const uint32_t *tokens,
 		header_len += index_len;
 		if (!(index = malloc(index_len ? index_len : 1)))
 			return flow_diag_set(diag, FLOW_ERR_NOMEM,
-					     "out of memory");
+					     "%s: out of memory for an index of %" PRIu32 " frames", path, frames);
 		/* Compressed before the file is opened: a token above the
 		 * vocabulary leaves nothing behind. */
 		err = compress_frames(path, tokens, count, token_bytes, options,
@@ -439,7 +439,7 @@ flow_err_t flow_shard_write(const char *path, const uint32_t *tokens,
 	flow_put_le64(header + OFF_PAYLOAD_LEN, payload_len);
 
 	if (!(sum = flow_checksum_state_new())) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory for a checksum state", path);
 		goto out_free;
 	}
 	err = flow_atomic_file_open(path, &file, diag);

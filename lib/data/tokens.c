@@ -550,10 +550,10 @@ static flow_err_t open_npy(flow_token_source_t *s, flow_diag_t *diag)
 				     s->name, header_len, NPY_HEADER_MAX);
 	size_t header_alloc;
 	if (!flow_add_size(header_len, 1, &header_alloc))
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory for an npy header of %" PRIu32 " bytes", s->name, header_len);
 	header = malloc(header_alloc);
 	if (!header)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory for an npy header of %" PRIu32 " bytes", s->name, header_len);
 	err = src_read(s, header, header_len, &got, diag);
 	if (err != FLOW_OK)
 		goto out_free_header;
@@ -659,13 +659,13 @@ flow_err_t flow_token_source_open(const char *path,
 		options = &defaults;
 	flow_token_source_t *s = calloc(1, sizeof(*s));
 	if (!s)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory opening it", path);
 	s->count = -1;
 	s->vocab = options->vocab;
 	s->name = strdup(is_stdin ? STDIN_NAME : path);
 	s->buf = malloc(CHUNK_BYTES);
 	if (!s->name || !s->buf) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory for a read buffer", path);
 		goto out_free;
 	}
 	if (is_stdin) {

@@ -45,14 +45,21 @@ FLOW_EXPORT flow_err_t flow_file_write_atomic(const char *path,
 					      const void *data, size_t len,
 					      flow_diag_t *diag)
 	FLOW_MUST_CHECK;
-/* Read a whole regular file.  *data_out is NUL-terminated (not counted in
- * *len_out) and owned by the caller: free with free(). */
+/* The longest text file flow reads whole (plans, manifests, checkpoint
+ * indexes): 1 GiB, far beyond any real one (a checkpoint manifest of
+ * 4096 ranks holding 1000 tensors each is about 600 MiB), so that a file
+ * or a pipe cannot make a reader allocate without bound. */
+#define FLOW_TEXT_FILE_MAX ((size_t)1 << 30)
+
+/* Read a whole regular file of at most FLOW_TEXT_FILE_MAX bytes
+ * (FLOW_ERR_RANGE naming it otherwise).  *data_out is NUL-terminated (not
+ * counted in *len_out) and owned by the caller: free with free(). */
 FLOW_EXPORT flow_err_t flow_file_read_all(const char *path, char **data_out,
 					  size_t *len_out, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
 /* Read stream f to its end (standard input, a pipe), naming it `name`
  * in messages ("standard input: out of memory", "cannot read standard
- * input").  *data_out is owned by the caller (free with free()); it is
+ * input"); FLOW_ERR_RANGE past FLOW_TEXT_FILE_MAX bytes.  *data_out is owned by the caller (free with free()); it is
  * NUL-terminated, the NUL not counted in *len_out.  Both are set only on
  * FLOW_OK. */
 FLOW_EXPORT flow_err_t flow_file_read_stream(FILE *f, const char *name,

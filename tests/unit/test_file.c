@@ -232,10 +232,34 @@ static void test_file_read_stream_reads_to_the_end(void **state)
 	fclose(w);
 }
 
+/* A text file beyond the limit is refused before anything is allocated
+ * for it (a sparse file: no disk is used). */
+static void test_file_read_all_refuses_more_than_the_text_limit(void **state)
+{
+	(void)state;
+	char path[512], *data = NULL;
+	size_t len = 0;
+	snprintf(path, sizeof(path), "%s/huge.plan", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(ftruncate(fileno(f), (off_t)FLOW_TEXT_FILE_MAX + 1), 0);
+	fclose(f);
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	assert_int_equal(flow_file_read_all(path, &data, &len, &diag),
+			 FLOW_ERR_RANGE);
+	assert_null(data);
+	char want[1024];
+	snprintf(want, sizeof(want),
+		 "%s: 1073741825 bytes is more than a text file may hold (1073741824)",
+		 path);
+	assert_string_equal(flow_diag_message(&diag), want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_file_write_atomic_then_read_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_read_all_refuses_more_than_the_text_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_abort_keeps_the_old_contents, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_cleanup_all_removes_open_temporaries, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_errors_name_the_file, setup, teardown),
