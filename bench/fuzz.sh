@@ -16,7 +16,8 @@
 # directory as crash-*, leak-*, timeout-* or oom-*.  Printed, as TSV:
 # target, seconds, execs (inputs run), execs_per_s, cov (coverage edges)
 # and ft (features) from libFuzzer's last status line, corpus (inputs
-# kept at the end) and findings (files in the out directory); then the
+# kept at the end) and findings (files this run wrote in the out
+# directory); then the
 # path of each finding.  libFuzzer's own log is out/TARGET.log.
 # Exit status: 0 no finding, 1 a finding or a failed build, 2 usage error.
 set -eu
@@ -68,13 +69,15 @@ for d in corpus regressions; do
 		cp "$top/tests/fuzz/$d/$target"/* "$tmp/corpus/"
 done
 log=$out/$target.log
+# Findings are the files libFuzzer writes in this run, not earlier ones.
+touch "$tmp/start"
 # Keep going over slow or memory-hungry inputs only as far as a test
 # would: 10 s an input, 2 GiB.
 "$build/tests/fuzz/fuzz_$target" -max_total_time="$seconds" \
 	-print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
 	-artifact_prefix="$out/" "$tmp/corpus" > "$log" 2>&1 || true
 
-findings=$(find "$out" -maxdepth 1 -type f \
+findings=$(find "$out" -maxdepth 1 -type f -newer "$tmp/start" \
 	\( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' \
 	-o -name 'oom-*' -o -name 'slow-unit-*' \) | sort)
 nfind=$(printf '%s' "$findings" | grep -c . || true)
