@@ -25,7 +25,9 @@ void fuzz_fail(const char *fmt, ...) FLOW_PRINTF(1, 2)
 	__attribute__((noreturn));
 
 /* The checks on any reader's outcome: on FLOW_OK, nothing; on an error,
- * err is a flow_err_t, diag holds it and a non-empty message; with
+ * err is a flow_err_t other than FLOW_ERR_NOMEM (inputs are small, and
+ * both drivers bound the memory at 2 GiB), diag holds it and a non-empty
+ * message; with
  * FLOW_FUZZ_STRICT_MESSAGES=1 in the environment, also a message of one
  * line (no control byte).  what names the call in the failure.  With
  * FLOW_FUZZ_DEBUG set, every error is printed on stderr, to see why an

@@ -7,7 +7,13 @@
  * Without arguments it replays the committed inputs of its own target,
  * $top_srcdir/tests/fuzz/corpus/NAME and tests/fuzz/regressions/NAME, NAME
  * being the program's name without "fuzz_" (and without libtool's "lt-"):
- * that is how 'make check' runs it, with top_srcdir exported. */
+ * that is how 'make check' runs it, with top_srcdir exported.
+ *
+ * As libFuzzer does (-rss_limit_mb=2048), it bounds the memory an input
+ * may take, here with RLIMIT_DATA at 2 GiB, so that a reader allocating
+ * for what a small input merely claims fails (fuzz_check_diag refuses
+ * FLOW_ERR_NOMEM).  Not under ASan, whose shadow memory the limit would
+ * count. */
 #include <config.h>
 
 #include <dirent.h>
@@ -15,9 +21,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "fuzz_util.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define REPLAY_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REPLAY_ASAN 1
+#endif
+#endif
+
+#define REPLAY_DATA_LIMIT (2ull << 30)
 
 typedef struct list {
 	char **paths;
@@ -94,6 +111,15 @@ static uint8_t *read_input(const char *path, size_t *size_out)
 int main(int argc, char **argv)
 {
 	list_t inputs = { NULL, 0, 0 };
+#ifndef REPLAY_ASAN
+	struct rlimit lim;
+	if (getrlimit(RLIMIT_DATA, &lim) == 0 &&
+	    (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur > REPLAY_DATA_LIMIT)) {
+		lim.rlim_cur = REPLAY_DATA_LIMIT;
+		if (setrlimit(RLIMIT_DATA, &lim) != 0)
+			fuzz_fail("cannot limit the memory: %s", strerror(errno));
+	}
+#endif
 	if (argc > 1) {
 		for (int i = 1; i < argc; i++)
 			add_inputs(&inputs, argv[i], false);
