@@ -612,6 +612,17 @@ static flow_err_t parse_header(flow_shard_t *s, const unsigned char *p,
 					     " length %" PRIu64 " at byte %" PRIu64
 					     " runs outside the payload of %" PRIu64 " bytes",
 					     path, f, len, at + 8, payload_len);
+		/* zstd turns a block of at least 4 bytes (a 3-byte header and
+		 * one RLE byte) into at most 128 KiB: a frame too short for
+		 * its tokens is damaged, and must not cost a buffer for them. */
+		uint64_t ftokens = f + 1 < frames ? frame_tokens :
+				   tokens - (uint64_t)f * frame_tokens;
+		if (ftokens * token_bytes / 131072 > len / 4)
+			return flow_diag_set(diag, FLOW_ERR_FORMAT,
+					     "%s: frame %" PRIu32
+					     " length %" PRIu64 " at byte %" PRIu64
+					     " is too short for %" PRIu64 " tokens",
+					     path, f, len, at + 8, ftokens);
 		end = off + len;
 	}
 	if (end != payload_len && compressed)
