@@ -27,9 +27,7 @@ void fuzz_fail(const char *fmt, ...) FLOW_PRINTF(1, 2)
 /* The checks on any reader's outcome: on FLOW_OK, nothing; on an error,
  * err is a flow_err_t other than FLOW_ERR_NOMEM (inputs are small, and
  * both drivers bound the memory at 2 GiB), diag holds it and a non-empty
- * message; with
- * FLOW_FUZZ_STRICT_MESSAGES=1 in the environment, also a message of one
- * line (no control byte).  what names the call in the failure.  With
+ * message of one line (no control byte).  what names the call in the failure.  With
  * FLOW_FUZZ_DEBUG set, every error is printed on stderr, to see why an
  * input is refused. */
 void fuzz_check_diag(const char *what, flow_err_t err,
