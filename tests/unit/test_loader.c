@@ -810,6 +810,70 @@ static void test_loader_seek_rejects_states_off_a_batch_boundary(void **state)
 	}
 }
 
+/* Call damage(fd, header) on every shard of dataset dir, open for
+ * writing, with its first 64 bytes. */
+static void damage_each_shard(const char *dir,
+			      void (*damage)(int fd, const unsigned char *h))
+{
+	flow_manifest_t m;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	assert_int_equal(flow_manifest_read(dir, &m, &diag), FLOW_OK);
+	for (size_t i = 0; i < m.nshards; i++) {
+		char path[600];
+		snprintf(path, sizeof(path), "%s/%s", dir, m.shards[i].file);
+		int fd = open(path, O_RDWR);
+		assert_true(fd >= 0);
+		unsigned char h[64];
+		assert_int_equal(pread(fd, h, sizeof(h), 0), sizeof(h));
+		damage(fd, h);
+		close(fd);
+	}
+	flow_manifest_release(&m);
+}
+
+static uint32_t header_u32(const unsigned char *h, int at)
+{
+	return h[at] | h[at + 1] << 8 | h[at + 2] << 16 |
+	       (uint32_t)h[at + 3] << 24;
+}
+
+/* Four bytes of junk at the start of every zstd frame. */
+static void junk_every_frame(int fd, const unsigned char *h)
+{
+	uint32_t hlen = header_u32(h, 12), frames = header_u32(h, 44);
+	assert_true(frames > 0);
+	for (uint32_t f = 0; f < frames; f++) {
+		unsigned char e[8];
+		assert_int_equal(pread(fd, e, 8, 64 + 16 * (off_t)f), 8);
+		uint64_t off = 0;
+		for (int b = 7; b >= 0; b--)
+			off = off << 8 | e[b];
+		const unsigned char junk[4] = { 0xde, 0xad, 0xbe, 0xef };
+		assert_int_equal(pwrite(fd, junk, 4, (off_t)(hlen + off)), 4);
+	}
+}
+
+static void flip_bit_at(int fd, off_t at)
+{
+	unsigned char b;
+	assert_int_equal(pread(fd, &b, 1, at), 1);
+	b ^= 1;
+	assert_int_equal(pwrite(fd, &b, 1, at), 1);
+}
+
+/* Bit 0 of the low byte of token 700 (uncompressed u16 text: still an
+ * id below 256). */
+static void flip_a_token(int fd, const unsigned char *h)
+{
+	flip_bit_at(fd, (off_t)header_u32(h, 12) + 2 * 700);
+}
+
+/* A bit of the first zstd frame. */
+static void flip_in_first_frame(int fd, const unsigned char *h)
+{
+	flip_bit_at(fd, (off_t)header_u32(h, 12) + 3);
+}
+
 /* Corrupt every zstd frame of a dataset: the read error (from the
  * prefetch thread or not) reaches flow_loader_next with the shard's
  * message, the same both ways, and the loader frees cleanly. */
@@ -821,35 +885,8 @@ static void test_loader_reports_read_errors(void **state)
 	assert_int_equal(build("bad", text, 4000, 2000, 0, 3, 128, dir,
 			       sizeof(dir)),
 			 0);
-	flow_manifest_t m;
 	flow_diag_t diag = FLOW_DIAG_INIT;
-	assert_int_equal(flow_manifest_read(dir, &m, &diag), FLOW_OK);
-	for (size_t i = 0; i < m.nshards; i++) {
-		char path[600];
-		snprintf(path, sizeof(path), "%s/%s", dir, m.shards[i].file);
-		int fd = open(path, O_RDWR);
-		assert_true(fd >= 0);
-		unsigned char h[64];
-		assert_int_equal(pread(fd, h, sizeof(h), 0), sizeof(h));
-		uint32_t hlen = h[12] | h[13] << 8 | h[14] << 16 |
-				(uint32_t)h[15] << 24;
-		uint32_t frames = h[44] | h[45] << 8 | h[46] << 16 |
-				  (uint32_t)h[47] << 24;
-		assert_true(frames > 0);
-		for (uint32_t f = 0; f < frames; f++) {
-			unsigned char e[8];
-			assert_int_equal(pread(fd, e, 8, 64 + 16 * (off_t)f), 8);
-			uint64_t off = 0;
-			for (int b = 7; b >= 0; b--)
-				off = off << 8 | e[b];
-			const unsigned char junk[4] = { 0xde, 0xad, 0xbe, 0xef };
-			assert_int_equal(pwrite(fd, junk, 4,
-						(off_t)(hlen + off)),
-					 4);
-		}
-		close(fd);
-	}
-	flow_manifest_release(&m);
+	damage_each_shard(dir, junk_every_frame);
 
 	char msgs[2][FLOW_DIAG_MAX];
 	for (int p = 0; p < 2; p++) {
@@ -904,25 +941,7 @@ static void test_loader_verifies_checksums_before_use(void **state)
 				       0, z ? 3 : 0, z ? 128 : 0, dir,
 				       sizeof(dir)),
 				 0);
-		flow_manifest_t m;
-		flow_diag_t diag = FLOW_DIAG_INIT;
-		assert_int_equal(flow_manifest_read(dir, &m, &diag), FLOW_OK);
-		for (size_t i = 0; i < m.nshards; i++) {
-			char path[600];
-			snprintf(path, sizeof(path), "%s/%s", dir,
-				 m.shards[i].file);
-			int fd = open(path, O_RDWR);
-			assert_true(fd >= 0);
-			unsigned char h[64], b;
-			assert_int_equal(pread(fd, h, sizeof(h), 0), sizeof(h));
-			off_t at = (off_t)(h[12] | h[13] << 8) +
-				   (z ? 3 : 2 * 700);
-			assert_int_equal(pread(fd, &b, 1, at), 1);
-			b ^= 1;
-			assert_int_equal(pwrite(fd, &b, 1, at), 1);
-			close(fd);
-		}
-		flow_manifest_release(&m);
+		damage_each_shard(dir, z ? flip_in_first_frame : flip_a_token);
 		for (int p = 0; p < 2; p++) {
 			char msg[FLOW_DIAG_MAX];
 			assert_int_equal(first_batch_error(dir, p, false, msg),

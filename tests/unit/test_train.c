@@ -291,23 +291,32 @@ static void test_train_resume_repeats_the_uninterrupted_run(void **state)
 	flow_trainer_free(t);
 }
 
-/* A checkpoint of another computation is refused, naming the first
- * setting that differs. */
-static void test_train_resume_refuses_other_settings(void **state)
+/* Train 2 steps with the checkpoint in tmpdir/name (ck, cap bytes):
+ * returns its step directory (free()). */
+static char *two_steps_into(const char *name, char *ck, size_t cap)
 {
-	(void)state;
 	flow_train_row_t rows[MAX_ROWS];
-	char ck[512];
-	snprintf(ck, sizeof ck, "%s/other", tmpdir);
+	snprintf(ck, cap, "%s/%s", tmpdir, name);
 	flow_train_config_t c;
 	config_of(&c, 2);
 	c.ckpt_dir = ck;
 	flow_trainer_t *t = trainer_of(&c);
 	assert_int_equal(run_to_end(t, rows), 2);
 	flow_trainer_free(t);
-
 	char *step2 = flow_ckpt_step_path(ck, 2);
 	assert_non_null(step2);
+	return step2;
+}
+
+/* A checkpoint of another computation is refused, naming the first
+ * setting that differs. */
+static void test_train_resume_refuses_other_settings(void **state)
+{
+	(void)state;
+	char ck[512];
+	char *step2 = two_steps_into("other", ck, sizeof ck);
+	flow_train_config_t c;
+	flow_trainer_t *t;
 	config_of(&c, 4);
 	c.resume = step2;
 	flow_diag_t diag = FLOW_DIAG_INIT;
@@ -353,17 +362,10 @@ static void recommit(const char *step_dir, uint64_t step, const char *key,
 static void test_train_resume_checks_the_checkpoints_own_state(void **state)
 {
 	(void)state;
-	flow_train_row_t rows[MAX_ROWS];
 	char ck[512];
-	snprintf(ck, sizeof ck, "%s/self", tmpdir);
+	char *step2 = two_steps_into("self", ck, sizeof ck);
 	flow_train_config_t c;
-	config_of(&c, 2);
-	c.ckpt_dir = ck;
-	flow_trainer_t *t = trainer_of(&c);
-	assert_int_equal(run_to_end(t, rows), 2);
-	flow_trainer_free(t);
-	char *step2 = flow_ckpt_step_path(ck, 2);
-	assert_non_null(step2);
+	flow_trainer_t *t;
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	char want[FLOW_DIAG_MAX];
 
