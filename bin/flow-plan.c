@@ -10,6 +10,7 @@
  * layouts, the checker); this file parses, validates, calls and reports. */
 #include <config.h>
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -889,7 +890,17 @@ static int write_plan_file(const flow_plan_t *plan, const char *path,
 
 	if ((err = flow_atomic_file_open(path, &file, diag)))
 		return err;
-	err = flow_plan_write(plan, flow_atomic_file_stream(file), diag);
+	/* flow_plan_write cannot name the stream it was given: a write
+	 * error (a full disk) is told here, naming the file. */
+	flow_diag_t wd = FLOW_DIAG_INIT;
+	err = flow_plan_write(plan, flow_atomic_file_stream(file), &wd);
+	int saved = errno;
+	if (err == FLOW_ERR_IO)
+		flow_diag_errno(diag, err, saved ? saved : EIO,
+				"cannot write '%s'",
+				flow_atomic_file_temp_path(file));
+	else if (err != FLOW_OK)
+		flow_diag_set(diag, err, "%s", flow_diag_message(&wd));
 	if (err != FLOW_OK) {
 		flow_atomic_file_abort(file);
 		return err;
