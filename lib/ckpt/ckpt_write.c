@@ -184,9 +184,20 @@ struct flow_ckpt_writer {
 	flow_atomic_file_t *bin;
 	uint64_t pos;   /* bytes written to the data file */
 	bool failed;    /* a write failed: the data file is unusable */
+	bool made_dir;  /* dir did not exist before this writer */
 	ckpt_catalog_t cat;  /* tensors in order of their first shard; shards in
 			 * order of writing, each with its tensor index */
 };
+
+/* A step directory this writer created and that nothing else has written
+ * into goes with a failed write, so a full disk or a bad tensor leaves no
+ * empty step behind.  rmdir removes only an empty directory: one holding
+ * another rank's files, or an older checkpoint's, stays. */
+static void writer_drop_dir(const flow_ckpt_writer_t *w)
+{
+	if (w->made_dir)
+		rmdir(w->dir);
+}
 
 static void writer_destroy(flow_ckpt_writer_t *w)
 {
@@ -217,6 +228,8 @@ flow_err_t flow_ckpt_writer_new(const char *step_dir, uint32_t rank,
 		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
 		goto out_free;
 	}
+	struct stat st;
+	w->made_dir = lstat(step_dir, &st) != 0 && errno == ENOENT;
 	if ((err = make_dirs(step_dir, diag)) != FLOW_OK)
 		goto out_free;
 	/* Uncommit first: from here on, no manifest names data that is
@@ -229,11 +242,13 @@ flow_err_t flow_ckpt_writer_new(const char *step_dir, uint32_t rank,
 	if (removed && (err = flow_fsync_dir(step_dir, diag)) != FLOW_OK)
 		goto out_free;
 	if ((err = flow_atomic_file_open(w->bin_path, &w->bin, diag)) != FLOW_OK)
-		goto out_free;
+		goto out_drop_dir;
 	free(manifest);
 	*writer_out = w;
 	return FLOW_OK;
 
+out_drop_dir:
+	writer_drop_dir(w);
 out_free:
 	free(manifest);
 	writer_destroy(w);
@@ -364,17 +379,22 @@ flow_err_t flow_ckpt_writer_finish(flow_ckpt_writer_t *w, flow_diag_t *diag)
 		goto out_abort;
 	flow_atomic_file_t *bin = w->bin;
 	w->bin = NULL;
-	if ((err = flow_atomic_file_commit(bin, diag)) != FLOW_OK)
+	if ((err = flow_atomic_file_commit(bin, diag)) != FLOW_OK) {
+		writer_drop_dir(w);
 		goto out_free;
+	}
 	/* The index goes last: its presence says the data file is whole.
 	 * Without it the data file belongs to no checkpoint: remove it. */
 	if ((err = flow_file_write_atomic(w->idx_path, sb.buf, sb.len,
-					  diag)) != FLOW_OK)
+					  diag)) != FLOW_OK) {
 		unlink(w->bin_path);
+		writer_drop_dir(w);
+	}
 	goto out_free;
 
 out_abort:
 	flow_atomic_file_abort(w->bin);
+	writer_drop_dir(w);
 out_free:
 	flow_textrec_buf_release(&sb);
 	writer_destroy(w);
@@ -386,6 +406,7 @@ void flow_ckpt_writer_abort(flow_ckpt_writer_t *w)
 	if (!w)
 		return;
 	flow_atomic_file_abort(w->bin);
+	writer_drop_dir(w);
 	writer_destroy(w);
 }
 

@@ -69,11 +69,13 @@ FLOW_EXPORT flow_err_t flow_ckpt_writer_add(flow_ckpt_writer_t *writer,
 					    const void *data,
 					    flow_diag_t *diag) FLOW_MUST_CHECK;
 /* Commit this rank's data file and index (each atomically), free the
- * writer (also on error). */
+ * writer (also on error).  On error, as on abort, a step directory the
+ * writer created is removed again when it is left empty. */
 FLOW_EXPORT flow_err_t flow_ckpt_writer_finish(flow_ckpt_writer_t *writer,
 					       flow_diag_t *diag)
 	FLOW_MUST_CHECK;
-/* Remove what this writer wrote, free; NULL is ignored. */
+/* Remove what this writer wrote (and the step directory when the writer
+ * created it and it is empty now), free; NULL is ignored. */
 FLOW_EXPORT void flow_ckpt_writer_abort(flow_ckpt_writer_t *writer);
 
 /* One "key value" line of run state (model spec, step, data-loader
