@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <flow/bench.h>
 #include <flow/comm.h>
@@ -463,6 +464,20 @@ static void write_row(const flow_train_row_t *r)
 	putchar('\n');
 }
 
+/* How long a rank that lost a peer waits before ending the job: the others
+ * see a death or a hang-up within milliseconds, and a stalled peer at
+ * about the same deadline, and should say so themselves.  An abort at
+ * once would kill them first (srun cancels the step, the launcher stops
+ * the rest), and a survivor would then name a rank the abort killed. */
+#define PEER_FAILURE_GRACE_S 2
+
+static void let_the_others_report(const flow_world_t *w, flow_err_t err)
+{
+	if (w && flow_world_info(w)->size > 1 &&
+	    (err == FLOW_ERR_PEER || err == FLOW_ERR_TIMEOUT))
+		sleep(PEER_FAILURE_GRACE_S);
+}
+
 /* Train on this rank; only rank 0 writes the table.  A failure on any rank
  * prints its line here and ends the job through the launcher, so no rank
  * waits for a dead one. */
@@ -529,6 +544,7 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 	return status;
 fail:
 	status = flow_tool_fail(tool, &diag);
+	let_the_others_report(w, diag.err);
 	flow_trainer_free(t);
 	flow_comm_free(world_comm);
 	flow_plan_free(plan);
