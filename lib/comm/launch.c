@@ -1112,7 +1112,9 @@ static void send_kill(launch_t *l)
 }
 
 /* SIGTERM now, unless a forwarded signal is doing that already; SIGKILL
- * when the grace period is over. */
+ * when the grace period is over.  SIGCONT follows either, so that a rank
+ * stopped with SIGSTOP (the one whose peers gave up on it) acts on the
+ * signal, removing its temporaries, instead of waiting for the SIGKILL. */
 static void stop_job(launch_t *l, bool send_term)
 {
 	if (l->terminating)
@@ -1121,6 +1123,7 @@ static void stop_job(launch_t *l, bool send_term)
 	l->deadline = now_s() + l->grace_s;
 	if (send_term)
 		signal_all(l, SIGTERM);
+	signal_all(l, SIGCONT);
 }
 
 /* Rank r failed the job with exit status `code`.  Only the first failure
