@@ -11,7 +11,7 @@ build=${FLOW_BUILD_DIR:-$top/build}
 packages=(
 	build-essential autoconf automake libtool pkg-config
 	libzstd-dev libxxhash-dev libopenblas-dev
-	libcmocka-dev bats python3 python3-torch zstd clang
+	libcmocka-dev bats python3 python3-torch zstd clang valgrind
 	# PMIx for the launchers; Slurm, munge and OpenMPI for the multi-rank
 	# tests (tests/cluster) and the OpenMPI comparison (bench/).
 	libpmix-dev slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev
