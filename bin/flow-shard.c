@@ -209,13 +209,18 @@ static void parse_options(flow_tool_t *tool, shard_opts_t *o, int argc,
 				DEFAULT_ZSTD_LEVEL;
 			note_first(&o->build_only, "--compress");
 			break;
-		case OPT_FRAME_TOKENS:
-			o->build.frame_tokens = (uint32_t)flow_tool_int(
-				tool, "--frame-tokens", optarg, 1,
-				FLOW_SHARD_MAX_FRAME_TOKENS);
+		case OPT_FRAME_TOKENS: {
+			/* K/M suffixes like --shard-tokens; readers allocate
+			 * a frame, so flow-shard(5) limits its length. */
+			uint64_t n = flow_tool_size(tool, "--frame-tokens", optarg);
+			if (n < 1 || n > FLOW_SHARD_MAX_FRAME_TOKENS)
+				flow_tool_usage_error(tool, "--frame-tokens: %s tokens outside 1..%u (16M)",
+						      optarg, FLOW_SHARD_MAX_FRAME_TOKENS);
+			o->build.frame_tokens = (uint32_t)n;
 			o->frame_option = "--frame-tokens";
 			note_first(&o->build_only, "--frame-tokens");
 			break;
+		}
 		case OPT_VERIFY:
 			set_mode(tool, o, MODE_VERIFY, "--verify", optarg);
 			break;

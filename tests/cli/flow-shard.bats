@@ -108,7 +108,9 @@ setup() {
 	assert_usage_error flow-shard "--frame-tokens: "
 	# Readers allocate a frame: flow-shard(5) limits its length.
 	run -2 --separate-stderr flow-shard --frame-tokens 16777217 --compress -o out corpus.txt
-	assert_usage_error flow-shard "--frame-tokens: integer '16777217' out of range [1, 16777216]"
+	assert_usage_error flow-shard "--frame-tokens: 16777217 tokens outside 1..16777216 (16M)"
+	run -2 --separate-stderr flow-shard --frame-tokens 17M --compress -o out corpus.txt
+	assert_usage_error flow-shard "--frame-tokens: 17M tokens outside 1..16777216 (16M)"
 	assert_no_artefact out
 }
 
