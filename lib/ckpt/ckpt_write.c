@@ -496,6 +496,22 @@ static flow_err_t merge_indexes(ckpt_doc_t *docs, uint32_t nranks,
 	return FLOW_OK;
 }
 
+/* The manifest could not be written (a full disk, most likely): the
+ * ranks' files are no checkpoint without it, so remove them and the step
+ * directory if that leaves it empty, rather than keep the space. */
+static void drop_uncommitted(const char *step_dir, uint32_t nranks)
+{
+	static const char *const exts[] = { "bin", "idx" };
+	for (uint32_t r = 0; r < nranks; r++)
+		for (int e = 0; e < 2; e++) {
+			char *p = ckpt_rank_path(step_dir, r, exts[e]);
+			if (p)
+				unlink(p);
+			free(p);
+		}
+	rmdir(step_dir);
+}
+
 flow_err_t flow_ckpt_commit(const char *step_dir, uint64_t step,
 			    uint32_t nranks, const flow_ckpt_kv_t *kv,
 			    size_t nkv, flow_diag_t *diag)
@@ -574,8 +590,10 @@ flow_err_t flow_ckpt_commit(const char *step_dir, uint64_t step,
 	}
 	/* Temp, fsync, rename, fsync the step directory; then make the step
 	 * directory's own entry durable. */
-	if ((err = flow_file_write_atomic(path, sb.buf, sb.len, diag)) != FLOW_OK)
+	if ((err = flow_file_write_atomic(path, sb.buf, sb.len, diag)) != FLOW_OK) {
+		drop_uncommitted(step_dir, nranks);
 		goto out_free;
+	}
 	err = fsync_parent(step_dir, diag);
 
 out_free:

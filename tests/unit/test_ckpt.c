@@ -1399,6 +1399,32 @@ static void test_ckpt_commit_rejects_bad_indexes(void **state)
 
 /* ---- the commit protocol ----------------------------------------------------------------- */
 
+/* A manifest that cannot be written (here its temporary's name is taken
+ * by a directory; in life, a full disk) leaves no checkpoint, so the
+ * ranks' files go too rather than hold the space. */
+static void test_ckpt_failed_commit_removes_the_ranks_files(void **state)
+{
+	(void)state;
+	char dir[512], p[600], tmp[700];
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	good_copy(dir, sizeof(dir), "nocommit");
+	assert_int_equal(unlink(path_of(p, sizeof(p), dir, "manifest")), 0);
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", p, (long)getpid());
+	assert_int_equal(mkdir(tmp, 0755), 0);
+	assert_int_equal(flow_ckpt_commit(dir, 10, 2, NULL, 0, &diag),
+			 FLOW_ERR_IO);
+	assert_non_null(strstr(diag.msg, "/manifest"));
+	assert_false(exists(p));
+	for (int r = 0; r < 2; r++) {
+		char name[32];
+		snprintf(name, sizeof(name), "rank-%05d.bin", r);
+		assert_false(exists(path_of(p, sizeof(p), dir, name)));
+		snprintf(name, sizeof(name), "rank-%05d.idx", r);
+		assert_false(exists(path_of(p, sizeof(p), dir, name)));
+	}
+	assert_int_equal(rmdir(tmp), 0);
+}
+
 static void test_ckpt_rewrite_removes_the_manifest_first(void **state)
 {
 	(void)state;
@@ -1578,6 +1604,7 @@ int main(void)
 		T(test_ckpt_read_finds_flipped_data_bytes),
 		T(test_ckpt_replica_first_wins_and_verify_checks_all),
 		T(test_ckpt_commit_rejects_bad_indexes),
+		T(test_ckpt_failed_commit_removes_the_ranks_files),
 		T(test_ckpt_rewrite_removes_the_manifest_first),
 		T(test_ckpt_abort_leaves_nothing_under_final_names),
 		T(test_ckpt_latest_picks_the_highest_committed_step),
