@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <flow/checksum.h>
@@ -176,6 +178,71 @@ static void test_shard_write_rejects_bad_options(void **state)
 	assert_int_equal(flow_shard_write(path, t, 2, &o, NULL, &diag), FLOW_ERR_USAGE);
 	assert_non_null(strstr(diag.msg, "tokens per frame 16777217 outside 1..16777216"));
 	assert_int_equal(access(path, F_OK), -1); /* nothing written */
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+/* Out of memory, the error names the file and what it was allocating: a
+ * child process limited to its present size plus 16 MiB reads a shard of
+ * one 64 MiB frame.  (It leaves with _exit: libraries' exit handlers
+ * need not cope with the limit.)  ASan reserves more address space than
+ * any limit allows, so not under ASan. */
+static void test_shard_out_of_memory_names_the_file(void **state)
+{
+	(void)state;
+#ifdef UNDER_ASAN
+	skip();
+#else
+	uint32_t n = FLOW_SHARD_MAX_FRAME_TOKENS;
+	uint32_t *t = calloc(n, sizeof(*t));
+	assert_non_null(t);
+	write_shard(t, n, FLOW_DTYPE_U32, 256, 1, n, NULL);
+	free(t);
+	int fds[2];
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fds[0]);
+		long pages = 0;
+		FILE *f = fopen("/proc/self/statm", "r");
+		if (!f || fscanf(f, "%ld", &pages) != 1)
+			_exit(2);
+		fclose(f);
+		struct rlimit lim;
+		lim.rlim_cur = lim.rlim_max =
+			(rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (16u << 20);
+		if (setrlimit(RLIMIT_AS, &lim) != 0)
+			_exit(2);
+		flow_diag_t diag = FLOW_DIAG_INIT;
+		flow_shard_t *sh = NULL;
+		uint32_t one;
+		flow_err_t err = flow_shard_open(path, &sh, &diag);
+		if (err == FLOW_OK)
+			err = flow_shard_read(sh, 0, 1, &one, &diag);
+		ssize_t w = write(fds[1], diag.msg, strlen(diag.msg));
+		(void)w;
+		_exit(err == FLOW_ERR_NOMEM ? 0 : 1);
+	}
+	close(fds[1]);
+	char msg[FLOW_DIAG_MAX + 1] = { 0 };
+	ssize_t got = read(fds[0], msg, FLOW_DIAG_MAX);
+	close(fds[0]);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(got > 0);
+	char want[1024];
+	snprintf(want, sizeof(want), "%s: out of memory for a frame of 67108864 bytes",
+		 path);
+	assert_string_equal(msg, want);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+#endif
 }
 
 static void poke32(long offset, uint32_t v);
@@ -482,6 +549,7 @@ int main(void)
 		T(test_shard_layout_is_little_endian_and_documented),
 		T(test_shard_write_rejects_bad_options),
 	T(test_shard_frame_length_is_bounded),
+	T(test_shard_out_of_memory_names_the_file),
 		T(test_shard_read_outside_is_an_error),
 		T(test_shard_damage_is_found_with_its_byte_offset),
 		T(test_shard_corrupt_frame_fails_the_read_with_its_offset),
