@@ -12,6 +12,7 @@
 
 #include <stdio.h>
 
+#include <flow/ckpt.h>
 #include <flow/comm.h>
 #include <flow/device.h>
 
@@ -179,6 +180,41 @@ FLOW_EXPORT int flow_trainer_next(flow_trainer_t *t, flow_train_row_t *row,
  * "op\tcalls\tms\tms_per_step\tpercent\tgflops". */
 FLOW_EXPORT void flow_trainer_print_profile(const flow_trainer_t *t,
 					    FILE *out);
+
+/* ---- checkpoint layout ----------------------------------------------- */
+
+/* One tensor a rank writes to a flow-train checkpoint: its description
+ * (the name, "adamw.m/NAME" or "adamw.v/NAME" for AdamW's moments) and
+ * the box of it this rank stores. */
+typedef struct flow_train_ckpt_part {
+	flow_ckpt_tensor_desc_t desc;
+	flow_box_t box;
+} flow_train_ckpt_part_t;
+
+/* What one rank of a run under a plan writes to each checkpoint. */
+typedef struct flow_train_ckpt_layout {
+	bool writes;             /* it writes a data file and index */
+	uint32_t writer;         /* as rank-NNNNN (when it writes) */
+	uint32_t nwriters;       /* the ranks that write, committed together */
+	size_t nparts;
+	flow_train_ckpt_part_t *parts; /* in the order the trainer adds them */
+} flow_train_ckpt_layout_t;
+
+/* The checkpoint layout of world rank `rank` of a run under plan (valid:
+ * flow_plan_check), exactly what flow_trainer_new's trainer of that rank
+ * writes (the same names, boxes, mesh and nd-SBP text), computed without
+ * running anything: the plan's graph is built and localized for the rank,
+ * and its ZeRO partition taken.  FLOW_ERR_USAGE for a rank off the mesh;
+ * FLOW_ERR_NOTSUP naming the plan's line for a layout the runtime cannot
+ * execute.  *layout_out is set only on FLOW_OK; release with
+ * flow_train_ckpt_layout_release(). */
+FLOW_EXPORT flow_err_t flow_train_ckpt_layout(
+	const flow_plan_t *plan, int64_t rank,
+	flow_train_ckpt_layout_t *layout_out, flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+/* Free the parts; accepts a released layout. */
+FLOW_EXPORT void flow_train_ckpt_layout_release(
+	flow_train_ckpt_layout_t *layout);
 
 #ifdef __cplusplus
 }

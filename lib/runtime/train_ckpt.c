@@ -89,30 +89,53 @@ typedef struct ckpt_part {
 	char mesh[FLOW_CKPT_TEXT_MAX], sbp[FLOW_CKPT_TEXT_MAX];
 } ckpt_part_t;
 
-/* The part of parameter zp (state: of its moments) this rank holds:
- * localized, the layout of the plan; under ZeRO a shard on the dp ranks;
- * else the whole tensor, written once. */
-static void ckpt_part(const flow_trainer_t *t, const flow_zero_param_t *zp,
-		      bool state, float *base, ckpt_part_t *part)
+/* What decides a rank's parts, from a trainer or from a plan alone
+ * (flow_train_ckpt_layout): both write the same checkpoint. */
+typedef struct ckpt_geometry {
+	const flow_plan_t *plan;
+	const flow_local_t *local; /* NULL: not localized */
+	int dp_size;
+} ckpt_geometry_t;
+
+/* The part of parameter zp (state: of its moments) a rank holds, but for
+ * its data: localized, the layout of the plan; under ZeRO a shard on the
+ * dp ranks; else the whole tensor, written once. */
+static void ckpt_part_layout(const ckpt_geometry_t *g,
+			     const flow_zero_param_t *zp, bool state,
+			     ckpt_part_t *part)
 {
 	bool split = state ? zp->state_split : zp->param_split;
 	part->box = split ? &zp->box : &zp->param_box;
-	part->data = base + (split && !state ? zp->begin : 0);
+	part->data = NULL;
 	part->write = split || zp->owner;
-	if (t->localized) {
-		const flow_mesh_t *m = &t->cfg.plan->mesh;
+	if (g->local) {
+		const flow_mesh_t *m = &g->plan->mesh;
 		size_t n = 0;
 		for (int a = 0; a < m->ndim; a++)
 			n += (size_t)snprintf(part->mesh + n, sizeof part->mesh - n,
 					      "%s%lld", a ? "x" : "",
 					      (long long)m->dims[a]);
-		flow_nd_sbp_format(&t->local.sbp[zp->tensor], part->sbp,
+		flow_nd_sbp_format(&g->local->sbp[zp->tensor], part->sbp,
 				   sizeof part->sbp);
 	} else {
 		snprintf(part->mesh, sizeof part->mesh, "%d",
-			 split ? t->dp_size : 1);
+			 split ? g->dp_size : 1);
 		snprintf(part->sbp, sizeof part->sbp, split ? "(S(0))" : "(B)");
 	}
+}
+
+/* ckpt_part_layout for the trainer's rank, with where its data lies. */
+static void ckpt_part(const flow_trainer_t *t, const flow_zero_param_t *zp,
+		      bool state, float *base, ckpt_part_t *part)
+{
+	ckpt_geometry_t g = {
+		.plan = t->cfg.plan,
+		.local = t->localized ? &t->local : NULL,
+		.dp_size = t->dp_size,
+	};
+	ckpt_part_layout(&g, zp, state, part);
+	bool split = state ? zp->state_split : zp->param_split;
+	part->data = base + (split && !state ? zp->begin : 0);
 }
 
 /* The host buffer part's elements pass through when the executor's
@@ -249,6 +272,148 @@ flow_err_t trainer_checkpoint(flow_trainer_t *t, flow_diag_t *diag)
 			      0);
 	free(dir);
 	return err;
+}
+
+/* ---- the layout alone, from a plan ---------------------------------------- */
+
+/* Append prefix + name's part to layout (when it is written). */
+static flow_err_t layout_add(flow_train_ckpt_layout_t *layout, size_t *cap,
+			     const ckpt_part_t *part, const char *prefix,
+			     const char *name, const flow_shape_t *shape,
+			     flow_diag_t *diag)
+{
+	if (!part->write)
+		return FLOW_OK;
+	if (layout->nparts == *cap) {
+		size_t n = *cap ? 2 * *cap : 64;
+		flow_train_ckpt_part_t *p =
+			realloc(layout->parts, n * sizeof *p);
+		if (!p)
+			return flow_diag_set(diag, FLOW_ERR_NOMEM,
+					     "out of memory");
+		layout->parts = p;
+		*cap = n;
+	}
+	flow_train_ckpt_part_t *p = &layout->parts[layout->nparts++];
+	memset(p, 0, sizeof *p);
+	snprintf(p->desc.name, sizeof p->desc.name, "%s%s", prefix, name);
+	p->desc.dtype = FLOW_DTYPE_F32;
+	p->desc.shape = *shape;
+	memcpy(p->desc.mesh, part->mesh, sizeof p->desc.mesh);
+	memcpy(p->desc.sbp, part->sbp, sizeof p->desc.sbp);
+	p->box = *part->box;
+	return FLOW_OK;
+}
+
+flow_err_t flow_train_ckpt_layout(const flow_plan_t *plan, int64_t rank,
+				  flow_train_ckpt_layout_t *layout_out,
+				  flow_diag_t *diag)
+{
+	const flow_mesh_t *mesh = &plan->mesh;
+	int64_t index = flow_mesh_index_of(mesh, rank);
+	if (index < 0)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "%s: rank %lld is not on the plan's mesh",
+				     plan->path, (long long)rank);
+	/* The rank's data-parallel position, as the trainer's dp group
+	 * numbers it (flow_comm_mesh_axes). */
+	int dp_rank = 0, dp_size = 1;
+	int dp = flow_mesh_axis(mesh, "dp");
+	if (dp >= 0 && mesh->dims[dp] > 1) {
+		flow_mesh_t group;
+		flow_mesh_group(mesh, 1u << dp, index, &group);
+		dp_rank = (int)flow_mesh_index_of(&group, rank);
+		dp_size = (int)mesh->dims[dp];
+	}
+	uint32_t T = plan->seq_len ? plan->seq_len : plan->cfg.seq;
+	bool localized = plan_localized(plan);
+	flow_local_t local;
+	memset(&local, 0, sizeof local);
+	flow_graph_t graph, *g = &graph;
+	flow_graph_init(&graph);
+	flow_zero_t *z = NULL;
+	flow_err_t err;
+	if (localized) {
+		err = flow_gpt_build(&plan->cfg, plan->batch, T, &graph, diag);
+		if (err == FLOW_OK)
+			err = flow_graph_backward(&graph, diag);
+		if (err == FLOW_OK)
+			err = flow_local_build(plan, &graph, index, &local,
+					       diag);
+		g = &local.graph;
+	} else if (plan->batch % (uint32_t)dp_size) {
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "batch %" PRIu32 " does not split evenly "
+				    "over %d ranks",
+				    plan->batch, dp_size);
+	} else {
+		err = flow_gpt_build(&plan->cfg, plan->batch / (uint32_t)dp_size,
+				     T, &graph, diag);
+		if (err == FLOW_OK)
+			err = flow_graph_backward(&graph, diag);
+	}
+	if (err == FLOW_OK)
+		err = flow_zero_new(plan, g, localized ? &local : NULL,
+				    dp_rank, dp_size, &z, diag);
+	if (err != FLOW_OK)
+		goto out_release;
+
+	/* The writers, as ckpt_writers and trainer_checkpoint pick them. */
+	flow_train_ckpt_layout_t layout = { 0 };
+	int64_t world = flow_mesh_top_rank(mesh) + 1;
+	if (localized) {
+		layout.writes = true;
+		layout.writer = (uint32_t)rank;
+		layout.nwriters = (uint32_t)world;
+	} else if (z->any_split) {
+		layout.writes = true;
+		layout.writer = (uint32_t)dp_rank;
+		layout.nwriters = (uint32_t)dp_size;
+	} else {
+		layout.writes = dp_rank == 0;
+		layout.nwriters = 1;
+	}
+	ckpt_geometry_t geo = {
+		.plan = plan,
+		.local = localized ? &local : NULL,
+		.dp_size = dp_size,
+	};
+	size_t cap = 0;
+	for (size_t i = 0; layout.writes && i < z->nparams && err == FLOW_OK;
+	     i++) {
+		const flow_zero_param_t *zp = &z->params[i];
+		const char *name = g->tensors[zp->tensor].name;
+		ckpt_part_t part;
+		ckpt_part_layout(&geo, zp, false, &part);
+		err = layout_add(&layout, &cap, &part, "", name, &zp->shape,
+				 diag);
+		ckpt_part_layout(&geo, zp, true, &part);
+		if (err == FLOW_OK)
+			err = layout_add(&layout, &cap, &part, ADAMW_M_PREFIX,
+					 name, &zp->shape, diag);
+		if (err == FLOW_OK)
+			err = layout_add(&layout, &cap, &part, ADAMW_V_PREFIX,
+					 name, &zp->shape, diag);
+	}
+	if (err == FLOW_OK)
+		*layout_out = layout;
+	else
+		flow_train_ckpt_layout_release(&layout);
+	flow_zero_free(z);
+out_release:
+	if (localized)
+		flow_local_release(&local);
+	flow_graph_release(&graph);
+	return err;
+}
+
+void flow_train_ckpt_layout_release(flow_train_ckpt_layout_t *layout)
+{
+	if (!layout)
+		return;
+	free(layout->parts);
+	layout->parts = NULL;
+	layout->nparts = 0;
 }
 
 /* ---- resuming ------------------------------------------------------------------ */

@@ -396,6 +396,122 @@ static void test_train_resume_checks_the_checkpoints_own_state(void **state)
 	free(step2);
 }
 
+/* ---- the checkpoint layout ------------------------------------------------ */
+
+/* Over every rank of plan: the writers are numbered 0..nwriters-1, each
+ * part's desc and box is consistent with its tensor's, and the distinct
+ * boxes of each tensor hold its elements exactly once.  Returns the
+ * number of tensors, and the first part's mesh and sbp of tensor name in
+ * mesh_out/sbp_out. */
+static size_t check_layout(const char *model, const char *mesh,
+			   const char *axes, uint32_t B, int zero,
+			   const char *name, char *mesh_out, char *sbp_out)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_plan_t *p = NULL;
+	if (flow_plan_standard(model, mesh, axes, B, 16, 1, zero, &p, &diag))
+		fail_msg("%s", flow_diag_message(&diag));
+	int64_t world = flow_mesh_size(&p->mesh);
+	flow_train_ckpt_layout_t *l = calloc((size_t)world, sizeof *l);
+	assert_non_null(l);
+	uint32_t nwriters = 0, writers = 0;
+	for (int64_t r = 0; r < world; r++) {
+		if (flow_train_ckpt_layout(p, r, &l[r], &diag) != FLOW_OK)
+			fail_msg("%s", flow_diag_message(&diag));
+		nwriters = l[r].nwriters;
+		if (l[r].writes)
+			writers |= 1u << l[r].writer;
+	}
+	assert_int_equal(writers, (1u << nwriters) - 1);
+	/* Tensors in rank 0's order (every rank has them all here). */
+	size_t ntensors = 0;
+	for (size_t i = 0; i < l[0].nparts; i++) {
+		const flow_train_ckpt_part_t *a = &l[0].parts[i];
+		flow_box_t whole;
+		flow_box_whole(&a->desc.shape, &whole);
+		int64_t numel = flow_box_numel(&whole), seen = 0;
+		for (int64_t r = 0; r < world; r++) {
+			for (size_t j = 0; j < l[r].nparts; j++) {
+				const flow_train_ckpt_part_t *b = &l[r].parts[j];
+				if (strcmp(a->desc.name, b->desc.name) != 0)
+					continue;
+				assert_true(flow_shape_equal(&a->desc.shape,
+							     &b->desc.shape));
+				assert_string_equal(a->desc.sbp, b->desc.sbp);
+				assert_true(flow_box_inside(&b->box,
+							    &b->desc.shape));
+				bool dup = false;
+				for (int64_t q = 0; q <= r && !dup; q++)
+					for (size_t k = 0; k < l[q].nparts &&
+							   !dup; k++) {
+						const flow_train_ckpt_part_t *c =
+							&l[q].parts[k];
+						if (c == b)
+							break;
+						dup = strcmp(c->desc.name,
+							     b->desc.name) == 0 &&
+						      flow_box_equal(&c->box,
+								     &b->box);
+					}
+				if (!dup)
+					seen += flow_box_numel(&b->box);
+			}
+		}
+		assert_int_equal(seen, numel);
+		if (strcmp(a->desc.name, name) == 0) {
+			snprintf(mesh_out, FLOW_CKPT_TEXT_MAX, "%s", a->desc.mesh);
+			snprintf(sbp_out, FLOW_CKPT_TEXT_MAX, "%s", a->desc.sbp);
+		}
+		ntensors++;
+	}
+	for (int64_t r = 0; r < world; r++)
+		flow_train_ckpt_layout_release(&l[r]);
+	flow_train_ckpt_layout_release(&l[0]); /* twice: accepted */
+	free(l);
+	flow_plan_free(p);
+	return ntensors;
+}
+
+/* One rank writes whole tensors, (B) on mesh 1; 2x2 (dp,tp) splits the
+ * tensor-parallel weights and every rank writes; ZeRO 3 on dp=4 writes
+ * row shards from the four dp ranks.  Each tensor is covered exactly
+ * once, with its moments beside it. */
+static void test_train_ckpt_layout_of_standard_plans(void **state)
+{
+	(void)state;
+	char mesh[FLOW_CKPT_TEXT_MAX] = "", sbp[FLOW_CKPT_TEXT_MAX] = "";
+	size_t n1 = check_layout(MODEL, "1", "dp", 4, 0, "wte", mesh, sbp);
+	assert_string_equal(mesh, "1");
+	assert_string_equal(sbp, "(B)");
+	assert_true(n1 > 0 && n1 % 3 == 0);
+	assert_int_equal(check_layout(MODEL, "2x2", "dp,tp", 4, 0,
+				      "h.0.mlp.c_fc.weight", mesh, sbp),
+			 n1);
+	assert_string_equal(mesh, "2x2");
+	assert_non_null(strstr(sbp, "S("));
+	assert_int_equal(check_layout(MODEL, "4", "dp", 4, 3,
+				      "adamw.m/wte", mesh, sbp),
+			 n1);
+	assert_string_equal(mesh, "4");
+	assert_string_equal(sbp, "(S(0))");
+}
+
+/* A rank off the plan's mesh is a usage error naming it. */
+static void test_train_ckpt_layout_refuses_a_rank_off_the_mesh(void **state)
+{
+	(void)state;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_plan_t *p = NULL;
+	if (flow_plan_standard(MODEL, "2", "dp", 4, 16, 1, 0, &p, &diag))
+		fail_msg("%s", flow_diag_message(&diag));
+	flow_train_ckpt_layout_t l = { 0 };
+	assert_int_equal(flow_train_ckpt_layout(p, 5, &l, &diag),
+			 FLOW_ERR_USAGE);
+	assert_non_null(strstr(flow_diag_message(&diag), "rank 5"));
+	assert_null(l.parts);
+	flow_plan_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -406,6 +522,8 @@ int main(void)
 		cmocka_unit_test(test_train_resume_repeats_the_uninterrupted_run),
 		cmocka_unit_test(test_train_resume_refuses_other_settings),
 		cmocka_unit_test(test_train_resume_checks_the_checkpoints_own_state),
+		cmocka_unit_test(test_train_ckpt_layout_of_standard_plans),
+		cmocka_unit_test(test_train_ckpt_layout_refuses_a_rank_off_the_mesh),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
