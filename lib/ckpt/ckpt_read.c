@@ -172,6 +172,30 @@ size_t flow_ckpt_tensor_count(const flow_ckpt_t *ckpt)
 	return ckpt->cat.ntensors;
 }
 
+size_t flow_ckpt_tensor_shards(const flow_ckpt_t *ckpt, size_t index,
+			       uint64_t *bytes_out)
+{
+	const ckpt_tensor_t *t = &ckpt->cat.tensors[index];
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < t->count; i++)
+		bytes += ckpt->cat.shards[t->first + i].length;
+	if (bytes_out)
+		*bytes_out = bytes;
+	return t->count;
+}
+
+size_t flow_ckpt_ranks(const flow_ckpt_t *ckpt)
+{
+	uint32_t top = 0;
+	bool any = false;
+	for (size_t i = 0; i < ckpt->cat.nshards; i++) {
+		if (!any || ckpt->cat.shards[i].rank > top)
+			top = ckpt->cat.shards[i].rank;
+		any = true;
+	}
+	return any ? (size_t)top + 1 : 0;
+}
+
 const flow_ckpt_tensor_desc_t *flow_ckpt_tensor_at(const flow_ckpt_t *ckpt,
 						   size_t index)
 {

@@ -123,6 +123,13 @@ FLOW_EXPORT size_t flow_ckpt_tensor_count(const flow_ckpt_t *ckpt);
 /* Borrowed until flow_ckpt_free. */
 FLOW_EXPORT const flow_ckpt_tensor_desc_t *flow_ckpt_tensor_at(
 	const flow_ckpt_t *ckpt, size_t index);
+/* The shards of tensor `index` (replicas of one box on several ranks
+ * included); *bytes_out (when not NULL) their bytes in the data files. */
+FLOW_EXPORT size_t flow_ckpt_tensor_shards(const flow_ckpt_t *ckpt,
+					   size_t index, uint64_t *bytes_out);
+/* The ranks that wrote the checkpoint: one more than the highest rank
+ * holding a shard (0 for a checkpoint without tensors). */
+FLOW_EXPORT size_t flow_ckpt_ranks(const flow_ckpt_t *ckpt);
 /* Index of the tensor named name, or -1. */
 FLOW_EXPORT int flow_ckpt_tensor_find(const flow_ckpt_t *ckpt,
 				      const char *name);
