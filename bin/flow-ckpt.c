@@ -1,0 +1,818 @@
+/* flow-ckpt: inspect, check, compare and reshard checkpoints (flow-ckpt(5)).
+ * Four commands: info (what a checkpoint holds), verify (every size,
+ * checksum and tiling), diff (two checkpoints element by element, whatever
+ * their layouts) and reshard (write the checkpoint another plan's ranks
+ * would write, from box intersections of the source's shards).  The work
+ * lives in lib/ckpt (reading any box, verifying, writing and committing)
+ * and lib/runtime/train_ckpt.c (the layout a plan's ranks write,
+ * flow_train_ckpt_layout); this file parses, validates, calls and
+ * reports. */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <flow/ckpt.h>
+#include <flow/file.h>
+#include <flow/json.h>
+#include <flow/log.h>
+#include <flow/plan.h>
+#include <flow/tensor.h>
+#include <flow/train.h>
+
+#include "tool.h"
+
+/* diff compares at most this many elements of a tensor at a time (rows
+ * of its first dimension; at least one row). */
+#define DIFF_CHUNK_ELEMENTS ((int64_t)1 << 20)
+
+static const char help_text[] =
+	"Usage: flow-ckpt info CKPT [--json]\n"
+	"       flow-ckpt verify CKPT [--quick] [--json]\n"
+	"       flow-ckpt diff A B [--tol X] [--json]\n"
+	"       flow-ckpt reshard CKPT --plan PLAN -o OUT [--max-memory SIZE]\n"
+	"Inspect, check, compare and reshard the checkpoints flow-train writes\n"
+	"(flow-ckpt(5)).  CKPT is a step directory (ckpt/step-00000100).\n"
+	"Tables are TSV after '#' lines, or --json.\n"
+	"\n"
+	"Commands:\n"
+	"  info CKPT          the step, the run state and, per tensor, its dtype,\n"
+	"                     logical shape, mesh, nd-SBP, shards and bytes\n"
+	"  verify CKPT        read every shard: sizes, checksums, and that the\n"
+	"                     shards of every tensor tile it; the first problem is\n"
+	"                     named (file, tensor, byte offset)\n"
+	"  diff A B           per tensor the largest absolute and relative\n"
+	"                     difference and the count of unequal elements;\n"
+	"                     exit 1 when they differ\n"
+	"  reshard CKPT       write the checkpoint the ranks of --plan would write\n"
+	"                     (parameters, AdamW moments, data position), into\n"
+	"                     OUT, committed atomically\n"
+	"\n"
+	"Options:\n"
+	"      --quick            (verify) check the structure only, read no data\n"
+	"      --tol X            (diff) elements within X of each other are equal\n"
+	"                         [0: bit for bit]\n"
+	"      --plan PLAN        (reshard) the plan to write for (flow-plan(5))\n"
+	"  -o, --output OUT       (reshard) the step directory to create; it must\n"
+	"                         not exist\n"
+	"      --max-memory SIZE  (reshard) the most bytes of tensor data held at\n"
+	"                         once, with K/M/G suffixes [2x the largest shard\n"
+	"                         written]; a shard that does not fit is refused\n"
+	"  -v, --verbose          more messages on stderr (repeatable)\n"
+	"  -q, --quiet            errors only\n"
+	"      --json             the same records as JSON\n"
+	"  -h, --help             this help\n"
+	"      --version          version and build features\n"
+	"\n"
+	"Exit status: 0 success (diff: no difference; verify: no problem),\n"
+	"1 a failure or a difference, 2 a usage error.\n";
+
+enum {
+	OPT_QUICK = FLOW_OPT_TOOL,
+	OPT_TOL,
+	OPT_PLAN,
+	OPT_MAX_MEMORY,
+};
+
+static const struct option long_options[] = {
+	{ "quick", no_argument, NULL, OPT_QUICK },
+	{ "tol", required_argument, NULL, OPT_TOL },
+	{ "plan", required_argument, NULL, OPT_PLAN },
+	{ "output", required_argument, NULL, 'o' },
+	{ "max-memory", required_argument, NULL, OPT_MAX_MEMORY },
+	FLOW_COMMON_OPTIONS,
+	{ NULL, 0, NULL, 0 },
+};
+
+typedef enum { CMD_INFO, CMD_VERIFY, CMD_DIFF, CMD_RESHARD } command_t;
+
+typedef struct ckpt_opts {
+	command_t cmd;
+	const char *args[2];
+	bool quick;
+	const char *quick_opt, *tol_opt, *plan_opt, *out_opt, *mem_opt;
+	double tol;
+	bool has_tol;
+	const char *plan;
+	const char *out;
+	uint64_t max_memory; /* 0: 2x the largest shard */
+} ckpt_opts_t;
+
+static void parse_options(flow_tool_t *tool, ckpt_opts_t *o, int argc,
+			  char **argv)
+{
+	int opt;
+	while ((opt = getopt_long(argc, argv, ":" FLOW_COMMON_SHORT_OPTIONS "o:",
+				  long_options, NULL)) != -1) {
+		if (flow_tool_common_option(tool, opt, argv))
+			continue;
+		switch (opt) {
+		case OPT_QUICK:
+			o->quick = true;
+			o->quick_opt = "--quick";
+			break;
+		case OPT_TOL:
+			o->tol = flow_tool_double(tool, "--tol", optarg, 0,
+						  INFINITY);
+			o->has_tol = true;
+			o->tol_opt = "--tol";
+			break;
+		case OPT_PLAN:
+			o->plan = optarg;
+			o->plan_opt = "--plan";
+			break;
+		case 'o':
+			o->out = optarg;
+			o->out_opt = "--output";
+			break;
+		case OPT_MAX_MEMORY:
+			o->max_memory = flow_tool_size(tool, "--max-memory",
+						       optarg);
+			if (o->max_memory == 0)
+				flow_tool_usage_error(tool, "--max-memory must "
+							    "be positive");
+			o->mem_opt = "--max-memory";
+			break;
+		}
+	}
+	int n = argc - optind;
+	if (n < 1)
+		flow_tool_usage_error(tool, "a command is required: info, "
+					    "verify, diff or reshard");
+	const char *cmd = argv[optind];
+	int want;
+	if (strcmp(cmd, "info") == 0) {
+		o->cmd = CMD_INFO;
+		want = 1;
+	} else if (strcmp(cmd, "verify") == 0) {
+		o->cmd = CMD_VERIFY;
+		want = 1;
+	} else if (strcmp(cmd, "diff") == 0) {
+		o->cmd = CMD_DIFF;
+		want = 2;
+	} else if (strcmp(cmd, "reshard") == 0) {
+		o->cmd = CMD_RESHARD;
+		want = 1;
+	} else {
+		flow_tool_usage_error(tool, "unknown command '%s'", cmd);
+	}
+	if (n - 1 != want)
+		flow_tool_usage_error(tool, "'%s' takes %d checkpoint%s, got %d",
+				      cmd, want, want == 1 ? "" : "s", n - 1);
+	for (int i = 0; i < want; i++)
+		o->args[i] = argv[optind + 1 + i];
+}
+
+/* An option given to a command that does not take it. */
+static void refuse_option(const flow_tool_t *tool, const char *opt,
+			  const char *cmd)
+{
+	if (opt)
+		flow_tool_usage_error(tool, "%s does not apply to '%s'", opt,
+				      cmd);
+}
+
+static void validate(const flow_tool_t *tool, const ckpt_opts_t *o)
+{
+	static const char *const names[] = { "info", "verify", "diff",
+					     "reshard" };
+	const char *cmd = names[o->cmd];
+	if (o->cmd != CMD_VERIFY)
+		refuse_option(tool, o->quick_opt, cmd);
+	if (o->cmd != CMD_DIFF)
+		refuse_option(tool, o->tol_opt, cmd);
+	if (o->cmd != CMD_RESHARD) {
+		refuse_option(tool, o->plan_opt, cmd);
+		refuse_option(tool, o->out_opt, cmd);
+		refuse_option(tool, o->mem_opt, cmd);
+		return;
+	}
+	if (!o->plan)
+		flow_tool_usage_error(tool, "reshard needs --plan");
+	if (!o->out)
+		flow_tool_usage_error(tool, "reshard needs -o OUT");
+	if (tool->json)
+		flow_tool_usage_error(tool, "--json does not apply to 'reshard'");
+}
+
+/* Open a checkpoint, printing the error: NULL on failure. */
+static flow_ckpt_t *open_ckpt(const flow_tool_t *tool, const char *path)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_ckpt_t *ck = NULL;
+	if (flow_ckpt_open(path, &ck, &diag) != FLOW_OK) {
+		flow_tool_error(tool, "%s", flow_diag_message(&diag));
+		return NULL;
+	}
+	return ck;
+}
+
+static void json_key(const char *key)
+{
+	flow_json_write_string(stdout, key);
+	fputc(':', stdout);
+}
+
+/* The meshes the tensors are on, comma-separated, in first-seen order. */
+static void format_meshes(const flow_ckpt_t *ck, char *buf, size_t cap)
+{
+	size_t n = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < flow_ckpt_tensor_count(ck); i++) {
+		const char *m = flow_ckpt_tensor_at(ck, i)->mesh;
+		bool seen = false;
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = strcmp(flow_ckpt_tensor_at(ck, j)->mesh, m) == 0;
+		if (!seen && n < cap)
+			n += (size_t)snprintf(buf + n, cap - n, "%s%s",
+					      n ? "," : "", m);
+	}
+}
+
+/* ---- info ---------------------------------------------------------------- */
+
+static void print_info_json(const char *path, const flow_ckpt_t *ck)
+{
+	const flow_ckpt_kv_t *kv;
+	size_t nkv = flow_ckpt_state(ck, &kv);
+	fputc('{', stdout);
+	json_key("checkpoint");
+	flow_json_write_string(stdout, path);
+	printf(",\"step\":%" PRIu64 ",\"ranks\":%zu,", flow_ckpt_step(ck),
+	       flow_ckpt_ranks(ck));
+	json_key("state");
+	fputc('{', stdout);
+	for (size_t i = 0; i < nkv; i++) {
+		if (i)
+			fputc(',', stdout);
+		json_key(kv[i].key);
+		flow_json_write_string(stdout, kv[i].value);
+	}
+	fputs("},", stdout);
+	json_key("tensors");
+	fputc('[', stdout);
+	for (size_t i = 0; i < flow_ckpt_tensor_count(ck); i++) {
+		const flow_ckpt_tensor_desc_t *d = flow_ckpt_tensor_at(ck, i);
+		uint64_t bytes;
+		size_t shards = flow_ckpt_tensor_shards(ck, i, &bytes);
+		printf("%s{", i ? "," : "");
+		json_key("name");
+		flow_json_write_string(stdout, d->name);
+		fputc(',', stdout);
+		json_key("dtype");
+		flow_json_write_string(stdout, flow_dtype_name(d->dtype));
+		fputs(",\"shape\":[", stdout);
+		for (int k = 0; k < d->shape.ndim; k++)
+			printf("%s%" PRId64, k ? "," : "", d->shape.dims[k]);
+		fputs("],", stdout);
+		json_key("mesh");
+		flow_json_write_string(stdout, d->mesh);
+		fputc(',', stdout);
+		json_key("sbp");
+		flow_json_write_string(stdout, d->sbp);
+		printf(",\"shards\":%zu,\"bytes\":%" PRIu64 "}", shards, bytes);
+	}
+	fputs("]}\n", stdout);
+}
+
+static int run_info(const flow_tool_t *tool, const ckpt_opts_t *o)
+{
+	flow_ckpt_t *ck = open_ckpt(tool, o->args[0]);
+	if (!ck)
+		return 1;
+	if (tool->json) {
+		print_info_json(o->args[0], ck);
+		flow_ckpt_free(ck);
+		return 0;
+	}
+	const flow_ckpt_kv_t *kv;
+	size_t nkv = flow_ckpt_state(ck, &kv);
+	const char *model = flow_ckpt_get(ck, "model");
+	char meshes[256];
+	format_meshes(ck, meshes, sizeof meshes);
+	printf("# checkpoint\t%s\n", o->args[0]);
+	printf("# step\t%" PRIu64 "\n", flow_ckpt_step(ck));
+	printf("# model\t%s\n", model ? model : "-");
+	printf("# ranks\t%zu\n", flow_ckpt_ranks(ck));
+	printf("# mesh\t%s\n", meshes[0] ? meshes : "-");
+	for (size_t i = 0; i < nkv; i++)
+		printf("# state\t%s\t%s\n", kv[i].key, kv[i].value);
+	puts("tensor\tdtype\tshape\tmesh\tsbp\tshards\tbytes");
+	for (size_t i = 0; i < flow_ckpt_tensor_count(ck); i++) {
+		const flow_ckpt_tensor_desc_t *d = flow_ckpt_tensor_at(ck, i);
+		char shape[FLOW_CKPT_TEXT_MAX * 3];
+		uint64_t bytes;
+		size_t shards = flow_ckpt_tensor_shards(ck, i, &bytes);
+		flow_shape_format(&d->shape, shape, sizeof shape);
+		printf("%s\t%s\t%s\t%s\t%s\t%zu\t%" PRIu64 "\n", d->name,
+		       flow_dtype_name(d->dtype), shape, d->mesh, d->sbp, shards,
+		       bytes);
+	}
+	flow_ckpt_free(ck);
+	return 0;
+}
+
+/* ---- verify -------------------------------------------------------------- */
+
+static int run_verify(const flow_tool_t *tool, const ckpt_opts_t *o)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_ckpt_t *ck = open_ckpt(tool, o->args[0]);
+	if (!ck)
+		return 1;
+	if (!o->quick && flow_ckpt_verify(ck, &diag) != FLOW_OK) {
+		flow_tool_error(tool, "%s", flow_diag_message(&diag));
+		flow_ckpt_free(ck);
+		return 1;
+	}
+	uint64_t bytes = 0;
+	size_t shards = 0;
+	for (size_t i = 0; i < flow_ckpt_tensor_count(ck); i++) {
+		uint64_t b;
+		shards += flow_ckpt_tensor_shards(ck, i, &b);
+		bytes += b;
+	}
+	const char *checked = o->quick ? "structure" : "data";
+	if (tool->json) {
+		fputc('{', stdout);
+		json_key("checkpoint");
+		flow_json_write_string(stdout, o->args[0]);
+		printf(",\"step\":%" PRIu64 ",\"tensors\":%zu,\"shards\":%zu,"
+		       "\"bytes\":%" PRIu64 ",\"checked\":\"%s\",\"ok\":true}\n",
+		       flow_ckpt_step(ck), flow_ckpt_tensor_count(ck), shards,
+		       bytes, checked);
+	} else {
+		puts("checkpoint\tstep\ttensors\tshards\tbytes\tchecked");
+		printf("%s\t%" PRIu64 "\t%zu\t%zu\t%" PRIu64 "\t%s\n",
+		       o->args[0], flow_ckpt_step(ck),
+		       flow_ckpt_tensor_count(ck), shards, bytes, checked);
+	}
+	flow_ckpt_free(ck);
+	return 0;
+}
+
+/* ---- diff ---------------------------------------------------------------- */
+
+static double half_to_double(uint16_t h)
+{
+	int e = (h >> 10) & 0x1f;
+	double m = h & 0x3ff;
+	double v = e == 0    ? ldexp(m, -24)
+		   : e == 31 ? (m ? NAN : INFINITY)
+			     : ldexp(m + 1024, e - 25);
+	return (h & 0x8000) ? -v : v;
+}
+
+/* Element k of buf, of dtype, as a double. */
+static double element_value(flow_dtype_t dtype, const unsigned char *buf,
+			    int64_t k)
+{
+	size_t es = flow_dtype_size(dtype);
+	const unsigned char *p = buf + (size_t)k * es;
+	switch (dtype) {
+	case FLOW_DTYPE_F32: {
+		float f;
+		memcpy(&f, p, 4);
+		return f;
+	}
+	case FLOW_DTYPE_BF16: {
+		uint16_t b;
+		uint32_t u;
+		float f;
+		memcpy(&b, p, 2);
+		u = (uint32_t)b << 16;
+		memcpy(&f, &u, 4);
+		return f;
+	}
+	case FLOW_DTYPE_F16: {
+		uint16_t h;
+		memcpy(&h, p, 2);
+		return half_to_double(h);
+	}
+	case FLOW_DTYPE_I32: {
+		int32_t x;
+		memcpy(&x, p, 4);
+		return x;
+	}
+	case FLOW_DTYPE_I64: {
+		int64_t x;
+		memcpy(&x, p, 8);
+		return (double)x;
+	}
+	case FLOW_DTYPE_U16: {
+		uint16_t x;
+		memcpy(&x, p, 2);
+		return x;
+	}
+	case FLOW_DTYPE_U8:
+		return *p;
+	case FLOW_DTYPE_U32: {
+		uint32_t x;
+		memcpy(&x, p, 4);
+		return x;
+	}
+	}
+	return NAN;
+}
+
+typedef struct diff_row {
+	const char *name;
+	const char *status; /* equal, within-tol, differ, mismatch, only-a,
+			     * only-b */
+	double max_abs, max_rel;
+	int64_t unequal, numel;
+} diff_row_t;
+
+/* Compare tensor ia of a with ib of b (same dtype and shape), in chunks
+ * of whole rows. */
+static flow_err_t diff_tensor(const flow_ckpt_t *a, size_t ia,
+			      const flow_ckpt_t *b, size_t ib, double tol,
+			      bool has_tol, diff_row_t *row,
+			      flow_diag_t *diag)
+{
+	const flow_ckpt_tensor_desc_t *d = flow_ckpt_tensor_at(a, ia);
+	size_t es = flow_dtype_size(d->dtype);
+	flow_box_t whole;
+	flow_box_whole(&d->shape, &whole);
+	row->numel = flow_box_numel(&whole);
+	int64_t rows = d->shape.ndim ? d->shape.dims[0] : 1;
+	int64_t row_numel = rows ? row->numel / rows : 0;
+	int64_t step = row_numel ? DIFF_CHUNK_ELEMENTS / row_numel : rows;
+	if (step < 1)
+		step = 1;
+	if (row->numel == 0)
+		return FLOW_OK;
+	size_t cap = (size_t)((step < rows ? step : rows) * row_numel) * es;
+	unsigned char *ba = malloc(cap), *bb = malloc(cap);
+	flow_err_t err = FLOW_OK;
+	if (!ba || !bb) {
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM,
+				    "out of memory comparing '%s'", d->name);
+		goto out_free;
+	}
+	for (int64_t r = 0; r < rows && err == FLOW_OK; r += step) {
+		flow_box_t box = whole;
+		if (d->shape.ndim) {
+			box.start[0] = r;
+			box.extent[0] = rows - r < step ? rows - r : step;
+		}
+		if ((err = flow_ckpt_read(a, ia, &box, ba, diag)) != FLOW_OK ||
+		    (err = flow_ckpt_read(b, ib, &box, bb, diag)) != FLOW_OK)
+			break;
+		int64_t n = flow_box_numel(&box);
+		for (int64_t k = 0; k < n; k++) {
+			if (memcmp(ba + (size_t)k * es, bb + (size_t)k * es,
+				   es) == 0)
+				continue;
+			double x = element_value(d->dtype, ba, k);
+			double y = element_value(d->dtype, bb, k);
+			double diff = fabs(x - y);
+			double mag = fmax(fabs(x), fabs(y));
+			double rel = mag > 0 ? diff / mag : 0;
+			if (isnan(x) && isnan(y))
+				diff = rel = 0;
+			else if (isnan(diff))
+				diff = rel = INFINITY;
+			if (diff > row->max_abs)
+				row->max_abs = diff;
+			if (rel > row->max_rel)
+				row->max_rel = rel;
+			if (!has_tol || diff > tol)
+				row->unequal++;
+		}
+	}
+out_free:
+	free(ba);
+	free(bb);
+	return err;
+}
+
+static void print_diff_row(const flow_tool_t *tool, const diff_row_t *r,
+			   bool first)
+{
+	if (!tool->json) {
+		printf("%s\t%s\t%.9g\t%.9g\t%" PRId64 "\t%" PRId64 "\n",
+		       r->name, r->status, r->max_abs, r->max_rel, r->unequal,
+		       r->numel);
+		return;
+	}
+	fputs(first ? "" : ",", stdout);
+	fputc('{', stdout);
+	json_key("name");
+	flow_json_write_string(stdout, r->name);
+	fputc(',', stdout);
+	json_key("status");
+	flow_json_write_string(stdout, r->status);
+	/* JSON has no infinity: a NaN against a number is null. */
+	if (isinf(r->max_abs))
+		fputs(",\"max_abs_diff\":null,\"max_rel_diff\":null", stdout);
+	else
+		printf(",\"max_abs_diff\":%.9g,\"max_rel_diff\":%.9g",
+		       r->max_abs, r->max_rel);
+	printf(",\"unequal\":%" PRId64 ",\"numel\":%" PRId64 "}", r->unequal,
+	       r->numel);
+}
+
+static int run_diff(const flow_tool_t *tool, const ckpt_opts_t *o)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_ckpt_t *a = open_ckpt(tool, o->args[0]), *b = NULL;
+	int status = 1;
+	if (!a)
+		return 1;
+	if (!(b = open_ckpt(tool, o->args[1])))
+		goto out_free;
+	bool differ = false, first = true;
+	if (tool->json) {
+		fputc('{', stdout);
+		json_key("a");
+		flow_json_write_string(stdout, o->args[0]);
+		fputc(',', stdout);
+		json_key("b");
+		flow_json_write_string(stdout, o->args[1]);
+		fputs(",\"tensors\":[", stdout);
+	} else {
+		printf("# a\t%s\tstep %" PRIu64 "\n", o->args[0],
+		       flow_ckpt_step(a));
+		printf("# b\t%s\tstep %" PRIu64 "\n", o->args[1],
+		       flow_ckpt_step(b));
+		puts("tensor\tstatus\tmax_abs_diff\tmax_rel_diff\tunequal\tnumel");
+	}
+	for (size_t i = 0; i < flow_ckpt_tensor_count(a); i++) {
+		const flow_ckpt_tensor_desc_t *da = flow_ckpt_tensor_at(a, i);
+		diff_row_t row = { .name = da->name, .status = "equal" };
+		int j = flow_ckpt_tensor_find(b, da->name);
+		const flow_ckpt_tensor_desc_t *db =
+			j < 0 ? NULL : flow_ckpt_tensor_at(b, (size_t)j);
+		if (!db) {
+			row.status = "only-a";
+		} else if (da->dtype != db->dtype ||
+			   !flow_shape_equal(&da->shape, &db->shape)) {
+			row.status = "mismatch";
+		} else if (diff_tensor(a, i, b, (size_t)j, o->tol, o->has_tol,
+				       &row, &diag) != FLOW_OK) {
+			if (tool->json)
+				fputs("]}\n", stdout);
+			flow_tool_error(tool, "%s", flow_diag_message(&diag));
+			goto out_free;
+		} else if (row.unequal) {
+			row.status = "differ";
+		} else if (row.max_abs > 0) {
+			row.status = "within-tol";
+		}
+		if (strcmp(row.status, "equal") != 0 &&
+		    strcmp(row.status, "within-tol") != 0)
+			differ = true;
+		print_diff_row(tool, &row, first);
+		first = false;
+	}
+	for (size_t i = 0; i < flow_ckpt_tensor_count(b); i++) {
+		const flow_ckpt_tensor_desc_t *db = flow_ckpt_tensor_at(b, i);
+		if (flow_ckpt_tensor_find(a, db->name) >= 0)
+			continue;
+		diff_row_t row = { .name = db->name, .status = "only-b" };
+		differ = true;
+		print_diff_row(tool, &row, first);
+		first = false;
+	}
+	if (tool->json)
+		printf("],\"differ\":%s}\n", differ ? "true" : "false");
+	status = differ ? 1 : 0;
+out_free:
+	flow_ckpt_free(b);
+	flow_ckpt_free(a);
+	return status;
+}
+
+/* ---- reshard ------------------------------------------------------------- */
+
+/* Every part of every layout is a tensor of the source with its dtype and
+ * shape, and every tensor of the source is written: else the plan is for
+ * another model, named by the first tensor that does not match. */
+static flow_err_t match_model(const flow_ckpt_t *ck, const char *ck_path,
+			      const flow_plan_t *plan,
+			      const flow_train_ckpt_layout_t *layouts,
+			      size_t nlayouts, flow_diag_t *diag)
+{
+	size_t nt = flow_ckpt_tensor_count(ck);
+	bool *seen = calloc(nt ? nt : 1, sizeof *seen);
+	if (!seen)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+	flow_err_t err = FLOW_OK;
+	for (size_t r = 0; r < nlayouts && err == FLOW_OK; r++) {
+		for (size_t i = 0; i < layouts[r].nparts; i++) {
+			const flow_ckpt_tensor_desc_t *want =
+				&layouts[r].parts[i].desc;
+			int j = flow_ckpt_tensor_find(ck, want->name);
+			if (j < 0) {
+				err = flow_diag_set(
+					diag, FLOW_ERR_FORMAT,
+					"%s: plan is for another model: "
+					"checkpoint '%s' has no tensor '%s'",
+					plan->path, ck_path, want->name);
+				break;
+			}
+			const flow_ckpt_tensor_desc_t *have =
+				flow_ckpt_tensor_at(ck, (size_t)j);
+			if (have->dtype != want->dtype ||
+			    !flow_shape_equal(&have->shape, &want->shape)) {
+				char hs[192], ws[192];
+				flow_shape_format(&have->shape, hs, sizeof hs);
+				flow_shape_format(&want->shape, ws, sizeof ws);
+				err = flow_diag_set(
+					diag, FLOW_ERR_FORMAT,
+					"%s: plan is for another model: tensor "
+					"'%s' is %s %s in the plan but %s %s in "
+					"'%s'",
+					plan->path, want->name,
+					flow_dtype_name(want->dtype), ws,
+					flow_dtype_name(have->dtype), hs,
+					ck_path);
+				break;
+			}
+			seen[j] = true;
+		}
+	}
+	for (size_t j = 0; j < nt && err == FLOW_OK; j++)
+		if (!seen[j])
+			err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+					    "%s: plan is for another model: it "
+					    "has no tensor '%s' of '%s'",
+					    plan->path,
+					    flow_ckpt_tensor_at(ck, j)->name,
+					    ck_path);
+	free(seen);
+	return err;
+}
+
+/* Write the layouts' files into dir, one target rank after another, each
+ * part read from the source as the box it needs, through buf. */
+static flow_err_t write_ranks(const flow_ckpt_t *ck, const char *dir,
+			      const flow_train_ckpt_layout_t *layouts,
+			      size_t nlayouts, void *buf, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	for (size_t r = 0; r < nlayouts && err == FLOW_OK; r++) {
+		const flow_train_ckpt_layout_t *l = &layouts[r];
+		if (!l->writes)
+			continue;
+		flow_ckpt_writer_t *w;
+		err = flow_ckpt_writer_new(dir, l->writer, &w, diag);
+		if (err != FLOW_OK)
+			break;
+		for (size_t i = 0; i < l->nparts && err == FLOW_OK; i++) {
+			const flow_train_ckpt_part_t *p = &l->parts[i];
+			int j = flow_ckpt_tensor_find(ck, p->desc.name);
+			err = flow_ckpt_read(ck, (size_t)j, &p->box, buf, diag);
+			if (err == FLOW_OK)
+				err = flow_ckpt_writer_add(w, &p->desc, &p->box,
+							   buf, diag);
+		}
+		if (err != FLOW_OK) {
+			flow_ckpt_writer_abort(w);
+			break;
+		}
+		err = flow_ckpt_writer_finish(w, diag);
+		flow_log(FLOW_LOG_INFO, "wrote rank %" PRIu32 " (%zu tensors)",
+			 l->writer, l->nparts);
+	}
+	return err;
+}
+
+static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_plan_t *plan = NULL;
+	flow_train_ckpt_layout_t *layouts = NULL;
+	size_t nlayouts = 0;
+	flow_temp_dir_t *tmp = NULL;
+	void *buf = NULL;
+	int status = 1;
+	struct stat st;
+
+	if (lstat(o->out, &st) == 0) {
+		flow_tool_error(tool, "output '%s' already exists", o->out);
+		return 1;
+	}
+	flow_ckpt_t *ck = open_ckpt(tool, o->args[0]);
+	if (!ck)
+		return 1;
+	if (flow_plan_read(o->plan, &plan, &diag) != FLOW_OK)
+		goto out_error;
+	int64_t world = flow_mesh_top_rank(&plan->mesh) + 1;
+	if (flow_plan_check(plan, world, NULL, NULL, &diag) != FLOW_OK)
+		goto out_error;
+	layouts = calloc((size_t)world, sizeof *layouts);
+	if (!layouts) {
+		flow_diag_set(&diag, FLOW_ERR_NOMEM, "out of memory");
+		goto out_error;
+	}
+	for (; nlayouts < (size_t)world; nlayouts++)
+		if (flow_train_ckpt_layout(plan, (int64_t)nlayouts,
+					   &layouts[nlayouts],
+					   &diag) != FLOW_OK)
+			goto out_error;
+	if (match_model(ck, o->args[0], plan, layouts, nlayouts, &diag) !=
+	    FLOW_OK)
+		goto out_error;
+
+	/* The working set: one target shard at a time. */
+	size_t largest = 0;
+	const char *largest_name = "";
+	for (size_t r = 0; r < nlayouts; r++)
+		for (size_t i = 0; i < layouts[r].nparts; i++) {
+			const flow_train_ckpt_part_t *p = &layouts[r].parts[i];
+			size_t bytes = (size_t)flow_box_numel(&p->box) *
+				       flow_dtype_size(p->desc.dtype);
+			if (bytes > largest) {
+				largest = bytes;
+				largest_name = p->desc.name;
+			}
+		}
+	uint64_t budget = o->max_memory ? o->max_memory : 2 * (uint64_t)largest;
+	if (largest > budget) {
+		flow_diag_set(&diag, FLOW_ERR_USAGE,
+			      "a shard of '%s' needs %zu bytes, more than "
+			      "--max-memory %" PRIu64,
+			      largest_name, largest, budget);
+		goto out_error;
+	}
+	buf = malloc(largest ? largest : 1);
+	if (!buf) {
+		flow_diag_set(&diag, FLOW_ERR_NOMEM,
+			      "out of memory for a %zu-byte shard", largest);
+		goto out_error;
+	}
+
+	if (flow_temp_dir_create(o->out, &tmp, &diag) != FLOW_OK)
+		goto out_error;
+	const char *dir = flow_temp_dir_path(tmp);
+	const flow_ckpt_kv_t *kv;
+	size_t nkv = flow_ckpt_state(ck, &kv);
+	if (write_ranks(ck, dir, layouts, nlayouts, buf, &diag) != FLOW_OK ||
+	    flow_ckpt_commit(dir, flow_ckpt_step(ck), layouts[0].nwriters, kv,
+			     nkv, &diag) != FLOW_OK)
+		goto out_error;
+	flow_temp_dir_t *t = tmp;
+	tmp = NULL;
+	if (flow_temp_dir_commit(t, &diag) != FLOW_OK)
+		goto out_error;
+	flow_log(FLOW_LOG_INFO, "wrote '%s': step %" PRIu64 " for %" PRId64
+		 " ranks of '%s'", o->out, flow_ckpt_step(ck), world, o->plan);
+	status = 0;
+	goto out_free;
+
+out_error:
+	/* Bad data, a plan for another model or a shard too large for the
+	 * budget: all run-time failures here. */
+	flow_tool_error(tool, "%s", flow_diag_message(&diag));
+out_free:
+	flow_temp_dir_abort(tmp);
+	free(buf);
+	for (size_t r = 0; r < nlayouts; r++)
+		flow_train_ckpt_layout_release(&layouts[r]);
+	free(layouts);
+	flow_plan_free(plan);
+	flow_ckpt_free(ck);
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	flow_tool_t tool;
+	ckpt_opts_t o;
+
+	/* 1. Options. */
+	flow_tool_init(&tool, "flow-ckpt", help_text, 0);
+	flow_tool_install_signal_cleanup();
+	memset(&o, 0, sizeof o);
+	parse_options(&tool, &o, argc, argv);
+
+	/* 2. Validation. */
+	validate(&tool, &o);
+
+	/* 3 and 4. Call libflow and write the results. */
+	int status = 0;
+	switch (o.cmd) {
+	case CMD_INFO:
+		status = run_info(&tool, &o);
+		break;
+	case CMD_VERIFY:
+		status = run_verify(&tool, &o);
+		break;
+	case CMD_DIFF:
+		status = run_diff(&tool, &o);
+		break;
+	case CMD_RESHARD:
+		status = run_reshard(&tool, &o);
+		break;
+	}
+
+	/* 5. Check standard output. */
+	return flow_tool_finish(&tool, status);
+}
