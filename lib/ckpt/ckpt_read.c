@@ -339,6 +339,103 @@ out_close:
 	return err;
 }
 
+/* Read shard s of tensor t through scratch (cap bytes), a slab of whole
+ * rows (of its first dimension) at a time, hashing each and copying its
+ * part of box into dst. */
+static flow_err_t read_shard_slabs(const flow_ckpt_t *ckpt,
+				   const ckpt_tensor_t *t,
+				   const ckpt_shard_t *s, const flow_box_t *box,
+				   void *dst, unsigned char *scratch, size_t cap,
+				   data_file_t *f, flow_checksum_state_t *sum,
+				   flow_diag_t *diag)
+{
+	const char *name = t->desc.name;
+	size_t elsize = flow_dtype_size(t->desc.dtype);
+	int64_t rows = s->box.ndim ? s->box.extent[0] : 1;
+	uint64_t row_bytes = rows ? s->length / (uint64_t)rows : 0;
+	char text[CKPT_BOX_TEXT_MAX];
+	if (row_bytes * (uint64_t)rows != s->length ||
+	    row_bytes != (uint64_t)(flow_box_numel(&s->box) / rows) * elsize) {
+		ckpt_box_format(&s->box, text, sizeof text);
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: tensor '%s' shard %s holds %" PRIu64
+				     " bytes, not whole rows of its box",
+				     ckpt->manifest_path, name, text, s->length);
+	}
+	if (row_bytes > cap) {
+		ckpt_box_format(&s->box, text, sizeof text);
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "a row of tensor '%s' shard %s is %" PRIu64
+				     " bytes, more than the %zu-byte read buffer",
+				     name, text, row_bytes, cap);
+	}
+	flow_err_t err = data_file_open(ckpt, f, s->rank, diag);
+	if (err != FLOW_OK)
+		return err;
+	int64_t per = (int64_t)(cap / row_bytes);
+	flow_checksum_reset(sum);
+	for (int64_t r = 0; r < rows; r += per) {
+		int64_t n = rows - r < per ? rows - r : per;
+		flow_box_t slab = s->box, cut;
+		if (slab.ndim) {
+			slab.start[0] += r;
+			slab.extent[0] = n;
+		}
+		size_t len = (size_t)((uint64_t)n * row_bytes);
+		if ((err = read_at(f, scratch, len,
+				   s->offset + (uint64_t)r * row_bytes, name,
+				   diag)) != FLOW_OK)
+			return err;
+		flow_checksum_update(sum, scratch, len);
+		if (flow_box_intersect(&slab, box, &cut))
+			flow_box_copy(dst, box, scratch, &slab, &cut, elsize);
+	}
+	uint64_t got = flow_checksum_digest(sum);
+	if (got != s->sum)
+		return checksum_mismatch(f, name, s, got, diag);
+	return FLOW_OK;
+}
+
+flow_err_t flow_ckpt_read_bounded(const flow_ckpt_t *ckpt, size_t index,
+				  const flow_box_t *box, void *dst,
+				  void *scratch, size_t scratch_bytes,
+				  flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	if (index >= ckpt->cat.ntensors)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "%s: no tensor %zu (the checkpoint has %zu)",
+				     ckpt->dir, index, ckpt->cat.ntensors);
+	const ckpt_tensor_t *t = &ckpt->cat.tensors[index];
+	flow_box_t want;
+	if ((err = ckpt_caller_box(&t->desc, box, &want, diag)) != FLOW_OK)
+		return err;
+	if (flow_box_numel(&want) == 0)
+		return FLOW_OK;
+	if (!dst || !scratch)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "tensor '%s': no destination or read "
+				     "buffer",
+				     t->desc.name);
+	flow_checksum_state_t *sum = flow_checksum_state_new();
+	if (!sum)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "out of memory reading tensor '%s'",
+				     t->desc.name);
+	data_file_t f = { .fd = -1 };
+	for (size_t i = 0; i < t->count && err == FLOW_OK; i++) {
+		const ckpt_shard_t *s = &ckpt->cat.shards[t->first + i];
+		flow_box_t cut;
+		if (s->replica || !flow_box_intersect(&s->box, &want, &cut))
+			continue;
+		err = read_shard_slabs(ckpt, t, s, &want, dst, scratch,
+				       scratch_bytes, &f, sum, diag);
+	}
+	data_file_close(&f);
+	flow_checksum_state_free(sum);
+	return err;
+}
+
 flow_err_t flow_ckpt_verify(const flow_ckpt_t *ckpt, flow_diag_t *diag)
 {
 	flow_err_t err = FLOW_OK;

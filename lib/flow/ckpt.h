@@ -140,6 +140,20 @@ FLOW_EXPORT int flow_ckpt_tensor_find(const flow_ckpt_t *ckpt,
 FLOW_EXPORT flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
 				      const flow_box_t *box, void *dst,
 				      flow_diag_t *diag) FLOW_MUST_CHECK;
+/* flow_ckpt_read within a bounded working set: each shard that
+ * intersects box is read through the caller's scratch buffer
+ * (scratch_bytes), a slab of whole rows of its first dimension at a time,
+ * its checksum computed as it streams (dst may hold part of a shard whose
+ * checksum then fails).  FLOW_ERR_USAGE naming the tensor and shard when
+ * one row of a shard is larger than scratch_bytes; else as
+ * flow_ckpt_read. */
+FLOW_EXPORT flow_err_t flow_ckpt_read_bounded(const flow_ckpt_t *ckpt,
+					      size_t index,
+					      const flow_box_t *box, void *dst,
+					      void *scratch,
+					      size_t scratch_bytes,
+					      flow_diag_t *diag)
+	FLOW_MUST_CHECK;
 /* Read every shard and check its checksum. */
 FLOW_EXPORT flow_err_t flow_ckpt_verify(const flow_ckpt_t *ckpt,
 					flow_diag_t *diag) FLOW_MUST_CHECK;

@@ -823,6 +823,23 @@ static void test_ckpt_property_any_box_of_random_tilings(void **state)
 						 ck, t, qn);
 				for (int g = 0; g < 8; g++)
 					assert_int_equal(got[bytes + (size_t)g], 0xee);
+				/* The same through a read buffer of a few
+				 * rows: the largest row here is 6*6*6 elements
+				 * of 8 bytes. */
+				unsigned char scratch[6 * 6 * 6 * 8 + 5];
+				size_t cap = (size_t)rng_range(&rng, 6 * 6 * 6 * 8,
+							       sizeof scratch);
+				memset(got, 0xee, bytes + 8);
+				if (flow_ckpt_read_bounded(c, (size_t)at, &q, got,
+							   scratch, cap,
+							   &diag) != FLOW_OK)
+					fail_msg("checkpoint %d tensor %d query %d bounded: %s",
+						 ck, t, qn, diag.msg);
+				if (memcmp(got, want, bytes) != 0)
+					fail_msg("checkpoint %d tensor %d query %d bounded: wrong elements",
+						 ck, t, qn);
+				for (int g = 0; g < 8; g++)
+					assert_int_equal(got[bytes + (size_t)g], 0xee);
 				free(got);
 				free(want);
 				queries++;
@@ -1265,6 +1282,60 @@ static void test_ckpt_open_rejects_missing_and_short_shard_files(void **state)
 	expect_open_fails(dir, FLOW_ERR_FORMAT, expect);
 }
 
+/* A bounded read streams each shard through a buffer of a row or a few:
+ * the elements of flow_ckpt_read, the checksum still checked as the
+ * slabs go by, and a buffer smaller than one row refused naming the
+ * tensor and shard. */
+static void test_ckpt_read_bounded_streams_rows(void **state)
+{
+	(void)state;
+	char dir[512], p[600];
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	good_copy(dir, sizeof(dir), "bounded");
+	flow_ckpt_t *c;
+	assert_int_equal(flow_ckpt_open(dir, &c, &diag), FLOW_OK);
+	/* Rows 3-8, across both shards. */
+	flow_box_t mid = make_box(2, (int64_t[]){ 3, 1 }, (int64_t[]){ 9, 3 });
+	float got[40], want[40];
+	unsigned char scratch[40];
+	for (size_t cap = 16; cap <= sizeof scratch; cap += 8) {
+		memset(got, 0, sizeof got);
+		assert_int_equal(flow_ckpt_read_bounded(c, 0, &mid, got, scratch,
+							cap, &diag),
+				 FLOW_OK);
+		assert_int_equal(flow_ckpt_read(c, 0, &mid, want, &diag),
+				 FLOW_OK);
+		assert_memory_equal(got, want, 12 * sizeof(float));
+	}
+	/* Scalars and 1-d tensors: one row each. */
+	int64_t count = 0;
+	assert_int_equal(flow_ckpt_read_bounded(c, 2, NULL, &count, scratch, 8,
+						&diag),
+			 FLOW_OK);
+	assert_true(count == good_count);
+	assert_int_equal(flow_ckpt_read_bounded(c, 0, &mid, got, scratch, 15,
+						&diag),
+			 FLOW_ERR_USAGE);
+	expect_diag(&diag, FLOW_ERR_USAGE,
+		    "a row of tensor 'wte' shard 0:6,0:4 is 16 bytes, more than "
+		    "the 15-byte read buffer");
+	flow_ckpt_free(c);
+
+	good_copy(dir, sizeof(dir), "bounded-flip");
+	flip_byte(path_of(p, sizeof(p), dir, "rank-00001.bin"), 3);
+	assert_int_equal(flow_ckpt_open(dir, &c, &diag), FLOW_OK);
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_ckpt_read_bounded(c, 0, NULL, got, scratch, 16,
+						&diag),
+			 FLOW_ERR_CHECKSUM);
+	char expect[800];
+	snprintf(expect, sizeof(expect),
+		 "%s: checksum mismatch in tensor 'wte' shard 6:10,0:4 at offset 0: stored ",
+		 p);
+	expect_diag(&diag, FLOW_ERR_CHECKSUM, expect);
+	flow_ckpt_free(c);
+}
+
 static void test_ckpt_read_finds_flipped_data_bytes(void **state)
 {
 	(void)state;
@@ -1601,6 +1672,7 @@ int main(void)
 		T(test_ckpt_open_rejects_damaged_manifests),
 		T(test_ckpt_open_rejects_truncated_and_missing_manifests),
 		T(test_ckpt_open_rejects_missing_and_short_shard_files),
+		T(test_ckpt_read_bounded_streams_rows),
 		T(test_ckpt_read_finds_flipped_data_bytes),
 		T(test_ckpt_replica_first_wins_and_verify_checks_all),
 		T(test_ckpt_commit_rejects_bad_indexes),
