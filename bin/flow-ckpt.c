@@ -28,8 +28,20 @@
 #include "tool.h"
 
 /* diff compares at most this many elements of a tensor at a time (rows
- * of its first dimension; at least one row). */
-#define DIFF_CHUNK_ELEMENTS ((int64_t)1 << 20)
+ * of its first dimension; at least one row), reading the shards through
+ * a buffer of DIFF_SCRATCH_BYTES (or one logical row, when larger). */
+#define DIFF_CHUNK_ELEMENTS ((int64_t)1 << 24)
+#define DIFF_SCRATCH_BYTES ((size_t)4 << 20)
+
+/* The bytes of one row (first dimension) of a tensor: no shard of it has
+ * a longer row, so a read buffer of this size always suffices. */
+static size_t row_bytes(const flow_ckpt_tensor_desc_t *d)
+{
+	int64_t n = 1;
+	for (int k = 1; k < d->shape.ndim; k++)
+		n *= d->shape.dims[k];
+	return (size_t)n * flow_dtype_size(d->dtype);
+}
 
 static const char help_text[] =
 	"Usage: flow-ckpt info CKPT [--json]\n"
@@ -448,9 +460,11 @@ static flow_err_t diff_tensor(const flow_ckpt_t *a, size_t ia,
 	if (row->numel == 0)
 		return FLOW_OK;
 	size_t cap = (size_t)((step < rows ? step : rows) * row_numel) * es;
-	unsigned char *ba = malloc(cap), *bb = malloc(cap);
+	size_t scap = row_bytes(d) > DIFF_SCRATCH_BYTES ? row_bytes(d)
+							: DIFF_SCRATCH_BYTES;
+	unsigned char *ba = malloc(cap), *bb = malloc(cap), *sc = malloc(scap);
 	flow_err_t err = FLOW_OK;
-	if (!ba || !bb) {
+	if (!ba || !bb || !sc) {
 		err = flow_diag_set(diag, FLOW_ERR_NOMEM,
 				    "out of memory comparing '%s'", d->name);
 		goto out_free;
@@ -461,8 +475,10 @@ static flow_err_t diff_tensor(const flow_ckpt_t *a, size_t ia,
 			box.start[0] = r;
 			box.extent[0] = rows - r < step ? rows - r : step;
 		}
-		if ((err = flow_ckpt_read(a, ia, &box, ba, diag)) != FLOW_OK ||
-		    (err = flow_ckpt_read(b, ib, &box, bb, diag)) != FLOW_OK)
+		if ((err = flow_ckpt_read_bounded(a, ia, &box, ba, sc, scap,
+						  diag)) != FLOW_OK ||
+		    (err = flow_ckpt_read_bounded(b, ib, &box, bb, sc, scap,
+						  diag)) != FLOW_OK)
 			break;
 		int64_t n = flow_box_numel(&box);
 		for (int64_t k = 0; k < n; k++) {
@@ -487,6 +503,7 @@ static flow_err_t diff_tensor(const flow_ckpt_t *a, size_t ia,
 		}
 	}
 out_free:
+	free(sc);
 	free(ba);
 	free(bb);
 	return err;
@@ -651,10 +668,12 @@ static flow_err_t match_model(const flow_ckpt_t *ck, const char *ck_path,
 }
 
 /* Write the layouts' files into dir, one target rank after another, each
- * part read from the source as the box it needs, through buf. */
+ * part read from the source as the box it needs into buf, streaming the
+ * source shards through scratch (scap bytes). */
 static flow_err_t write_ranks(const flow_ckpt_t *ck, const char *dir,
 			      const flow_train_ckpt_layout_t *layouts,
-			      size_t nlayouts, void *buf, flow_diag_t *diag)
+			      size_t nlayouts, void *buf, void *scratch,
+			      size_t scap, flow_diag_t *diag)
 {
 	flow_err_t err = FLOW_OK;
 	for (size_t r = 0; r < nlayouts && err == FLOW_OK; r++) {
@@ -668,7 +687,8 @@ static flow_err_t write_ranks(const flow_ckpt_t *ck, const char *dir,
 		for (size_t i = 0; i < l->nparts && err == FLOW_OK; i++) {
 			const flow_train_ckpt_part_t *p = &l->parts[i];
 			int j = flow_ckpt_tensor_find(ck, p->desc.name);
-			err = flow_ckpt_read(ck, (size_t)j, &p->box, buf, diag);
+			err = flow_ckpt_read_bounded(ck, (size_t)j, &p->box, buf,
+						     scratch, scap, diag);
 			if (err == FLOW_OK)
 				err = flow_ckpt_writer_add(w, &p->desc, &p->box,
 							   buf, diag);
@@ -691,7 +711,7 @@ static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
 	flow_train_ckpt_layout_t *layouts = NULL;
 	size_t nlayouts = 0;
 	flow_temp_dir_t *tmp = NULL;
-	void *buf = NULL;
+	void *buf = NULL, *scratch = NULL;
 	int status = 1;
 	struct stat st;
 
@@ -734,6 +754,9 @@ static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
 				largest_name = p->desc.name;
 			}
 		}
+	/* The working set: the target shard being written (up to the
+	 * largest), and what is left of the budget to stream the source
+	 * shards through, which must hold a row of each tensor read. */
 	uint64_t budget = o->max_memory ? o->max_memory : 2 * (uint64_t)largest;
 	if (largest > budget) {
 		flow_diag_set(&diag, FLOW_ERR_USAGE,
@@ -742,8 +765,25 @@ static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
 			      largest_name, largest, budget);
 		goto out_error;
 	}
+	size_t scap = (size_t)(budget - largest);
+	for (size_t j = 0; j < flow_ckpt_tensor_count(ck); j++) {
+		const flow_ckpt_tensor_desc_t *d = flow_ckpt_tensor_at(ck, j);
+		if (row_bytes(d) > scap) {
+			flow_diag_set(&diag, FLOW_ERR_USAGE,
+				      "reading '%s' needs %zu bytes besides "
+				      "the %zu-byte largest shard, more than "
+				      "--max-memory %" PRIu64,
+				      d->name, row_bytes(d), largest, budget);
+			goto out_error;
+		}
+	}
+	/* The source is read in slabs of the whole buffer: a larger one
+	 * than a few MiB saves no reads. */
+	if (scap > ((size_t)64 << 20))
+		scap = (size_t)64 << 20;
 	buf = malloc(largest ? largest : 1);
-	if (!buf) {
+	scratch = malloc(scap ? scap : 1);
+	if (!buf || !scratch) {
 		flow_diag_set(&diag, FLOW_ERR_NOMEM,
 			      "out of memory for a %zu-byte shard", largest);
 		goto out_error;
@@ -754,7 +794,8 @@ static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
 	const char *dir = flow_temp_dir_path(tmp);
 	const flow_ckpt_kv_t *kv;
 	size_t nkv = flow_ckpt_state(ck, &kv);
-	if (write_ranks(ck, dir, layouts, nlayouts, buf, &diag) != FLOW_OK ||
+	if (write_ranks(ck, dir, layouts, nlayouts, buf, scratch, scap,
+			&diag) != FLOW_OK ||
 	    flow_ckpt_commit(dir, flow_ckpt_step(ck), layouts[0].nwriters, kv,
 			     nkv, &diag) != FLOW_OK)
 		goto out_error;
@@ -773,6 +814,7 @@ out_error:
 	flow_tool_error(tool, "%s", flow_diag_message(&diag));
 out_free:
 	flow_temp_dir_abort(tmp);
+	free(scratch);
 	free(buf);
 	for (size_t r = 0; r < nlayouts; r++)
 		flow_train_ckpt_layout_release(&layouts[r]);

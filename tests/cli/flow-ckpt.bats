@@ -268,7 +268,12 @@ setup() {
 	run -1 --separate-stderr flow-ckpt reshard "$CK" --plan "$F/one.plan" -o out --max-memory 1K
 	[[ "$stderr" == "flow-ckpt: a shard of 'wte' needs 32768 bytes, more than --max-memory 1024" ]]
 	assert_no_artefact out
-	run -0 flow-ckpt reshard "$CK" --plan "$F/one.plan" -o out --max-memory 32K
+	# The shard itself fits, but nothing is left to stream wte's 128-byte
+	# rows through.
+	run -1 --separate-stderr flow-ckpt reshard "$CK" --plan "$F/one.plan" -o out --max-memory 32K
+	[[ "$stderr" == "flow-ckpt: reading 'wte' needs 128 bytes besides the 32768-byte largest shard, more than --max-memory 32768" ]]
+	assert_no_artefact out
+	run -0 flow-ckpt reshard "$CK" --plan "$F/one.plan" -o out --max-memory 33K
 	run -0 flow-ckpt diff "$CK" out
 }
 
