@@ -722,6 +722,15 @@ static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
 	flow_ckpt_t *ck = open_ckpt(tool, o->args[0]);
 	if (!ck)
 		return 1;
+	/* A dump of gradients (flow-train --dump-grads) has no moments and
+	 * nothing to resume. */
+	const char *contents = flow_ckpt_get(ck, "contents");
+	if (!contents || strcmp(contents, "training") != 0) {
+		flow_diag_set(&diag, FLOW_ERR_FORMAT,
+			      "%s: not a training checkpoint (contents '%s')",
+			      o->args[0], contents ? contents : "missing");
+		goto out_error;
+	}
 	if (flow_plan_read(o->plan, &plan, &diag) != FLOW_OK)
 		goto out_error;
 	int64_t world = flow_mesh_top_rank(&plan->mesh) + 1;

@@ -286,6 +286,13 @@ setup() {
 	assert_no_artefact out
 }
 
+@test "flow-ckpt reshard refuses a dump of gradients" {
+	flow-train "${TRAIN[@]}" --steps 1 --data "$DATA" --dump-grads grads >/dev/null
+	run -1 --separate-stderr flow-ckpt reshard grads --plan "$F/tp.plan" -o out
+	[ "$stderr" = "flow-ckpt: grads: not a training checkpoint (contents 'gradients')" ]
+	assert_no_artefact out
+}
+
 @test "flow-ckpt reshard of a missing plan or checkpoint fails naming it" {
 	run -1 --separate-stderr flow-ckpt reshard "$CK" --plan nope.plan -o out
 	[[ "$stderr" == "flow-ckpt: "*"nope.plan"* ]]
