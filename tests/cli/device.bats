@@ -37,7 +37,7 @@ real_binary() {
 	run ldd "$top_builddir/lib/.libs/libflow.so"
 	[ "$status" -eq 0 ]
 	run ! grep -E "$CUDA_LIBS" <<<"$output"
-	for tool in flow-shard flow-plan flow-train flow-bench; do
+	for tool in flow-shard flow-plan flow-train flow-bench flow-ckpt; do
 		run env LD_LIBRARY_PATH="$top_builddir/lib/.libs" ldd "$(real_binary $tool)"
 		[ "$status" -eq 0 ]
 		run ! grep -E "$CUDA_LIBS" <<<"$output"
