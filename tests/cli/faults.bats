@@ -14,8 +14,8 @@
 #
 # Signals during flow-shard's build are in flow-shard.bats ("an interrupted
 # run leaves nothing under the final name"); under the --nproc launcher in
-# tests/cluster/faults.bats.  Resharding (flow-ckpt) is not written yet: its
-# disk-full and signal tests belong with it.
+# tests/cluster/faults.bats; SIGTERM during flow-ckpt reshard in
+# flow-ckpt.bats.
 
 bats_require_minimum_version 1.5.0
 load common
@@ -164,6 +164,24 @@ fill_disk() {
 	snapshot disk >after
 	diff before after
 	assert_no_temporaries_under disk
+}
+
+@test "disk full: flow-ckpt reshard fails naming the file, leaves nothing under OUT" {
+	small_disk 1M
+	cp -r "$BATS_FILE_TMPDIR/ck/step-00000002" disk/src
+	flow-plan --model "$MODEL" --mesh 2 --axes dp --batch 4 --zero 3 -o z3.plan
+	fill_disk
+	snapshot disk >before
+	run --separate-stderr flow-ckpt reshard disk/src --plan z3.plan -o disk/out
+	assert_one_line_failure 1
+	assert_match "${stderr_lines[0]}" "^flow-ckpt: cannot write 'disk/out\\.tmp\\.[0-9]+/rank-0000[01]\\.(bin|idx)(\\.tmp\\.[0-9]+)?': No space left on device\$"
+	snapshot disk >after
+	diff before after
+	[ ! -e disk/out ]
+	assert_no_temporaries_under disk
+	rm disk/filler
+	run -0 flow-ckpt reshard disk/src --plan z3.plan -o disk/out
+	run -0 flow-ckpt diff disk/src disk/out
 }
 
 # ---- SIGINT and SIGTERM in the middle of a write --------------------------------------
