@@ -197,22 +197,48 @@ static flow_err_t add_part(flow_trainer_t *t, flow_ckpt_writer_t *w,
 	return err;
 }
 
-/* The ranks that write a checkpoint: every rank of the job when the graph
- * is localized, the dp ranks under ZeRO, else rank 0 alone; NULL and 1
- * for one writer. */
-static flow_comm_t *ckpt_writers(const flow_trainer_t *t)
+/* Who writes a checkpoint, the one rule for the trainer and for
+ * flow_train_ckpt_layout: every rank of the job (numbered by its world
+ * rank) when the graph is localized, the dp ranks (by dp rank) under
+ * ZeRO, else dp rank 0 alone. */
+typedef struct ckpt_writer_rule {
+	bool writes;
+	uint32_t writer, nwriters;
+} ckpt_writer_rule_t;
+
+static ckpt_writer_rule_t ckpt_writer_rule(bool localized, bool any_split,
+					   int64_t rank, int64_t world,
+					   int dp_rank, int dp_size)
 {
-	if (t->localized)
-		return t->cfg.world;
-	return t->zero->any_split ? t->dp : NULL;
+	if (localized)
+		return (ckpt_writer_rule_t){ true, (uint32_t)rank,
+					     (uint32_t)world };
+	if (any_split)
+		return (ckpt_writer_rule_t){ true, (uint32_t)dp_rank,
+					     (uint32_t)dp_size };
+	return (ckpt_writer_rule_t){ dp_rank == 0, 0, 1 };
+}
+
+/* The rule for this trainer, and the communicator its writers meet on
+ * (NULL for one writer). */
+static ckpt_writer_rule_t ckpt_writers(const flow_trainer_t *t,
+				       flow_comm_t **comm_out)
+{
+	flow_comm_t *w = t->cfg.world;
+	*comm_out = t->localized ? w : t->zero->any_split ? t->dp : NULL;
+	return ckpt_writer_rule(t->localized, t->zero->any_split,
+				w ? flow_comm_rank(w) : 0,
+				w ? flow_comm_size(w) : 1, t->dp_rank,
+				t->dp_size);
 }
 
 flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
 			      bool grads, flow_diag_t *diag)
 {
 	const flow_zero_t *z = t->zero;
-	flow_comm_t *writers = ckpt_writers(t);
-	uint32_t me = writers ? (uint32_t)flow_comm_rank(writers) : 0;
+	flow_comm_t *writers;
+	ckpt_writer_rule_t rule = ckpt_writers(t, &writers);
+	uint32_t me = rule.writer;
 	flow_ckpt_writer_t *w;
 	flow_err_t err = flow_ckpt_writer_new(step_dir, me, &w, diag);
 	if (err != FLOW_OK)
@@ -254,15 +280,15 @@ flow_err_t trainer_write_ckpt(flow_trainer_t *t, const char *step_dir,
 	s.kv[s.n++] = (flow_ckpt_kv_t){ "loader.index", index };
 	s.kv[s.n++] = (flow_ckpt_kv_t){ "contents",
 					grads ? "gradients" : "training" };
-	return flow_ckpt_commit(step_dir, t->step,
-				writers ? (uint32_t)flow_comm_size(writers) : 1,
-				s.kv, s.n, diag);
+	return flow_ckpt_commit(step_dir, t->step, rule.nwriters, s.kv, s.n,
+				diag);
 }
 
 flow_err_t trainer_checkpoint(flow_trainer_t *t, flow_diag_t *diag)
 {
-	if (!ckpt_writers(t) && t->dp_rank != 0)
-		return FLOW_OK; /* rank 0 holds the same bits */
+	flow_comm_t *writers;
+	if (!ckpt_writers(t, &writers).writes)
+		return FLOW_OK; /* dp rank 0 holds the same bits */
 	char *dir = flow_ckpt_step_path(t->cfg.ckpt_dir, t->step);
 	if (!dir)
 		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
@@ -358,21 +384,13 @@ flow_err_t flow_train_ckpt_layout(const flow_plan_t *plan, int64_t rank,
 	if (err != FLOW_OK)
 		goto out_release;
 
-	/* The writers, as ckpt_writers and trainer_checkpoint pick them. */
 	flow_train_ckpt_layout_t layout = { 0 };
-	int64_t world = flow_mesh_top_rank(mesh) + 1;
-	if (localized) {
-		layout.writes = true;
-		layout.writer = (uint32_t)rank;
-		layout.nwriters = (uint32_t)world;
-	} else if (z->any_split) {
-		layout.writes = true;
-		layout.writer = (uint32_t)dp_rank;
-		layout.nwriters = (uint32_t)dp_size;
-	} else {
-		layout.writes = dp_rank == 0;
-		layout.nwriters = 1;
-	}
+	ckpt_writer_rule_t rule = ckpt_writer_rule(
+		localized, z->any_split, rank, flow_mesh_top_rank(mesh) + 1,
+		dp_rank, dp_size);
+	layout.writes = rule.writes;
+	layout.writer = rule.writer;
+	layout.nwriters = rule.nwriters;
 	ckpt_geometry_t geo = {
 		.plan = plan,
 		.local = localized ? &local : NULL,
