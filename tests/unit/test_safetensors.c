@@ -34,11 +34,12 @@ static int teardown(void **state)
 	return testutil_rmtree(root);
 }
 
+/* root/name, valid for the next 31 calls. */
 static const char *path_in(const char *name)
 {
-	static char buf[4][512];
+	static char buf[32][512];
 	static int k;
-	k = (k + 1) % 4;
+	k = (k + 1) % 32;
 	int n = snprintf(buf[k], sizeof buf[k], "%s/%s", root, name);
 	assert_true(n > 0 && (size_t)n < sizeof buf[k]);
 	return buf[k];
@@ -255,12 +256,378 @@ static void test_header_errors(void **state)
 	expect_open_error(path_in("missing"), FLOW_ERR_IO, "cannot open");
 }
 
+
+/* ---- GPT-2 checkpoints -------------------------------------------------- */
+
+#define SPEC "gpt:layers=2,heads=2,dim=8,vocab=50,seq=16,pad=128"
+
+typedef struct param {
+	char name[64];
+	int ndim;
+	int64_t d0, d1;
+} param_t;
+
+static size_t model_params(param_t *p)
+{
+	static const struct {
+		const char *name;
+		int out, in;
+	} layer[] = {
+		{ "ln_1.weight", 1, 0 },	{ "ln_1.bias", 1, 0 },
+		{ "attn.c_attn.weight", 3, 1 }, { "attn.c_attn.bias", 3, 0 },
+		{ "attn.c_proj.weight", 1, 1 }, { "attn.c_proj.bias", 1, 0 },
+		{ "ln_2.weight", 1, 0 },	{ "ln_2.bias", 1, 0 },
+		{ "mlp.c_fc.weight", 4, 1 },	{ "mlp.c_fc.bias", 4, 0 },
+		{ "mlp.c_proj.weight", 1, 4 },  { "mlp.c_proj.bias", 1, 0 },
+	};
+	const int64_t C = 8;
+	size_t n = 0;
+	p[n++] = (param_t){ "wte", 2, 128, C };
+	p[n++] = (param_t){ "wpe", 2, 16, C };
+	for (int l = 0; l < 2; l++)
+		for (size_t j = 0; j < sizeof layer / sizeof layer[0]; j++) {
+			snprintf(p[n].name, sizeof p[n].name, "h.%d.%s", l,
+				 layer[j].name);
+			p[n].ndim = layer[j].in ? 2 : 1;
+			p[n].d0 = layer[j].out * C;
+			p[n].d1 = layer[j].in * C;
+			n++;
+		}
+	p[n++] = (param_t){ "ln_f.weight", 1, C, 0 };
+	p[n++] = (param_t){ "ln_f.bias", 1, C, 0 };
+	return n;
+}
+
+static uint64_t rng_state = 12345;
+
+static float rnd(void)
+{
+	rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)(int32_t)(rng_state >> 32) / 2147483648.0f;
+}
+
+/* Values that test the rounding: bf16 and f16 ties, f16 overflow and
+ * subnormals. */
+static const float tricky[] = {
+	1.00390625f,	   /* 1 + 2^-8: bf16 tie, to even 1.0 */
+	1.01171875f,	   /* 1 + 3 2^-8: bf16 tie, to even 1 + 2^-6 */
+	1.00048828125f,	   /* 1 + 2^-11: f16 tie, to even 1.0 */
+	65519.0f, 65520.0f, /* f16: the last finite, the first infinity */
+	2.98023224e-8f,	   /* 2^-25: f16 tie to zero */
+	8.94069672e-8f,	   /* 3 2^-24: an f16 subnormal, exact */
+	-3.0e38f,	   /* bf16 stays finite, f16 -inf */
+};
+
+static size_t numel(const param_t *p)
+{
+	return (size_t)p->d0 * (size_t)(p->ndim == 2 ? p->d1 : 1);
+}
+
+/* A committed training-like checkpoint of SPEC at step 7 in dir, with
+ * AdamW moments beside the weights; the padded wte rows are 0. */
+static void make_ckpt(const char *dir)
+{
+	param_t p[32];
+	size_t n = model_params(p);
+	flow_ckpt_writer_t *w = NULL;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	assert_int_equal(flow_ckpt_writer_new(dir, 0, &w, &diag), FLOW_OK);
+	for (size_t i = 0; i < n; i++) {
+		size_t k = numel(&p[i]);
+		float *v = calloc(k, sizeof(float));
+		assert_non_null(v);
+		size_t live = strcmp(p[i].name, "wte") == 0 ? 50 * 8 : k;
+		for (size_t j = 0; j < live; j++)
+			v[j] = rnd();
+		if (strcmp(p[i].name, "ln_f.bias") == 0)
+			memcpy(v, tricky, sizeof tricky);
+		for (int m = 0; m < 2; m++) {
+			flow_ckpt_tensor_desc_t d;
+			memset(&d, 0, sizeof d);
+			size_t pre = m ? 8 : 0, len = strlen(p[i].name);
+			assert_true(pre + len < sizeof d.name);
+			memcpy(d.name, "adamw.m/", pre);
+			memcpy(d.name + pre, p[i].name, len + 1);
+			d.dtype = FLOW_DTYPE_F32;
+			d.shape.ndim = p[i].ndim;
+			d.shape.dims[0] = p[i].d0;
+			d.shape.dims[1] = p[i].d1;
+			memcpy(d.mesh, "1", 2);
+			memcpy(d.sbp, "(B)", 4);
+			assert_int_equal(flow_ckpt_writer_add(w, &d, NULL, v,
+							      &diag),
+					 FLOW_OK);
+		}
+		free(v);
+	}
+	assert_int_equal(flow_ckpt_writer_finish(w, &diag), FLOW_OK);
+	const flow_ckpt_kv_t kv[] = { { "model", SPEC },
+				      { "contents", "training" } };
+	assert_int_equal(flow_ckpt_commit(dir, 7, 1, kv, 2, &diag), FLOW_OK);
+}
+
+static flow_ckpt_t *open_ckpt(const char *dir)
+{
+	flow_ckpt_t *c = NULL;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	if (flow_ckpt_open(dir, &c, &diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+	return c;
+}
+
+/* Every model parameter of a and b holds the same bits. */
+static void expect_same_weights(const char *a_dir, const char *b_dir)
+{
+	flow_ckpt_t *a = open_ckpt(a_dir), *b = open_ckpt(b_dir);
+	param_t p[32];
+	size_t n = model_params(p);
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	for (size_t i = 0; i < n; i++) {
+		int ia = flow_ckpt_tensor_find(a, p[i].name);
+		int ib = flow_ckpt_tensor_find(b, p[i].name);
+		assert_true(ia >= 0 && ib >= 0);
+		const flow_ckpt_tensor_desc_t *db =
+			flow_ckpt_tensor_at(b, (size_t)ib);
+		assert_int_equal(db->dtype, FLOW_DTYPE_F32);
+		assert_true(flow_shape_equal(
+			&flow_ckpt_tensor_at(a, (size_t)ia)->shape, &db->shape));
+		size_t k = numel(&p[i]);
+		float *va = malloc(k * 4), *vb = malloc(k * 4);
+		assert_true(va && vb);
+		assert_int_equal(flow_ckpt_read(a, (size_t)ia, NULL, va, &diag),
+				 FLOW_OK);
+		assert_int_equal(flow_ckpt_read(b, (size_t)ib, NULL, vb, &diag),
+				 FLOW_OK);
+		if (memcmp(va, vb, k * 4) != 0)
+			fail_msg("tensor '%s' differs", p[i].name);
+		free(va);
+		free(vb);
+	}
+	assert_int_equal(flow_ckpt_tensor_count(b), n);
+	assert_int_equal(flow_ckpt_step(b), 0);
+	assert_string_equal(flow_ckpt_get(b, "contents"), "weights");
+	assert_string_equal(flow_ckpt_get(b, "model"), SPEC);
+	flow_ckpt_free(a);
+	flow_ckpt_free(b);
+}
+
+static void test_hf_round_trip(void **state)
+{
+	(void)state;
+	const char *src = path_in("hf/step");
+	make_ckpt(src);
+	flow_ckpt_t *c = open_ckpt(src);
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	const char *out = path_in("hf/export");
+	if (flow_hf_gpt2_export(c, out, NULL, &diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+	/* exists already */
+	assert_int_equal(flow_hf_gpt2_export(c, out, NULL, &diag), FLOW_ERR_IO);
+	flow_diag_clear(&diag);
+
+	/* names and HF layouts */
+	flow_st_t *st = NULL;
+	assert_int_equal(flow_st_open(path_in("hf/export/model.safetensors"),
+				      &st, &diag), FLOW_OK);
+	assert_int_equal(flow_st_tensor_count(st), 4 + 12 * 2);
+	assert_string_equal(flow_st_metadata(st, "format"), "pt");
+	const flow_st_tensor_t *t = flow_st_tensor_at(
+		st, (size_t)flow_st_tensor_find(st,
+						"transformer.h.1.mlp.c_fc.weight"));
+	assert_int_equal(t->shape.dims[0], 8);
+	assert_int_equal(t->shape.dims[1], 32);
+	t = flow_st_tensor_at(st, (size_t)flow_st_tensor_find(
+				      st, "transformer.wte.weight"));
+	assert_int_equal(t->shape.dims[0], 50);
+	assert_int_equal(flow_st_tensor_find(st, "lm_head.weight"), -1);
+	/* a transposed element: HF c_attn[in=1][out=2] = flow [2][1] */
+	int ic = flow_ckpt_tensor_find(c, "h.0.attn.c_attn.weight");
+	float fl[24 * 8], hf[8 * 24];
+	assert_int_equal(flow_ckpt_read(c, (size_t)ic, NULL, fl, &diag),
+			 FLOW_OK);
+	assert_int_equal(flow_st_read(st, (size_t)flow_st_tensor_find(
+						  st, "transformer.h.0.attn.c_attn.weight"),
+				      hf, &diag), FLOW_OK);
+	for (int r = 0; r < 24; r++)
+		for (int k = 0; k < 8; k++)
+			assert_memory_equal(&fl[r * 8 + k], &hf[k * 24 + r], 4);
+	flow_st_free(st);
+
+	const char *back = path_in("hf/back");
+	if (flow_hf_gpt2_import(out, back, &diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+	expect_same_weights(src, back);
+	/* the file alone, config.json beside it */
+	const char *back2 = path_in("hf/back2");
+	if (flow_hf_gpt2_import(path_in("hf/export/model.safetensors"), back2,
+				&diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+	expect_same_weights(src, back2);
+
+	/* sharded: several files and the index */
+	const char *sh = path_in("hf/sharded");
+	flow_hf_export_options_t o = { FLOW_DTYPE_F32, 4096 };
+	if (flow_hf_gpt2_export(c, sh, &o, &diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+	assert_int_equal(access(path_in("hf/sharded/model.safetensors.index.json"),
+				R_OK), 0);
+	assert_int_equal(testutil_count_entries(sh), 5); /* 3 + index, config */
+	const char *back3 = path_in("hf/back3");
+	if (flow_hf_gpt2_import(sh, back3, &diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+	expect_same_weights(src, back3);
+
+	/* the index names a file that is gone */
+	char gone[512];
+	snprintf(gone, sizeof gone, "%s",
+		 path_in("hf/sharded/model-00002-of-00003.safetensors"));
+	if (access(gone, F_OK) != 0)
+		fail_msg("expected 3 shards (%d files)",
+			 testutil_count_entries(sh));
+	assert_int_equal(unlink(gone), 0);
+	assert_int_equal(flow_hf_gpt2_import(sh, path_in("hf/back4"), &diag),
+			 FLOW_ERR_IO);
+	if (!strstr(diag.msg, gone))
+		fail_msg("%s", diag.msg);
+	assert_null(strchr(diag.msg, '\n'));
+	flow_diag_clear(&diag);
+	/* no config.json */
+	assert_int_equal(unlink(path_in("hf/export/config.json")), 0);
+	assert_int_equal(flow_hf_gpt2_import(out, path_in("hf/back5"), &diag),
+			 FLOW_ERR_IO);
+	assert_non_null(strstr(diag.msg, "config.json"));
+	flow_ckpt_free(c);
+}
+
+/* ---- bf16 / f16 against a reference ------------------------------------ */
+
+static double f16_value(uint16_t h)
+{
+	int e = (h >> 10) & 31, m = h & 1023;
+	double v = e == 0 ? ldexp(m, -24) :
+		   e == 31 ? INFINITY : ldexp(1024 + m, e - 25);
+	return (h & 0x8000) ? -v : v;
+}
+
+/* Nearest f16 by search over all finite values, ties to the even code. */
+static uint16_t ref_f16(float x)
+{
+	double a = fabs((double)x);
+	uint16_t sign = signbit(x) ? 0x8000 : 0;
+	if (a >= 65520.0)
+		return sign | 0x7c00;
+	uint16_t best = 0;
+	double bd = INFINITY;
+	for (uint16_t h = 0; h < 0x7c00; h++) {
+		double d = fabs(f16_value(h) - a);
+		if (d < bd || (d == bd && (h & 1) == 0 && (best & 1))) {
+			bd = d;
+			best = h;
+		}
+	}
+	return sign | best;
+}
+
+/* Nearest bf16 of the two that bracket x, ties to the even code. */
+static uint16_t ref_bf16(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+	uint32_t ul = (uint32_t)lo << 16, uh = (uint32_t)hi << 16;
+	float fl, fh;
+	memcpy(&fl, &ul, 4);
+	memcpy(&fh, &uh, 4);
+	/* past the largest finite value rounds as if to 2^128, which is
+	 * infinity */
+	double vh = (hi & 0x7fff) == 0x7f80 ? copysign(0x1p128, (double)x) : fh;
+	double dl = fabs((double)x - fl), dh = fabs(vh - (double)x);
+	return dl < dh || (dl == dh && (lo & 1) == 0) ? lo : hi;
+}
+
+static void check_dtype_export(flow_dtype_t dt, const char *name)
+{
+	flow_ckpt_t *c = open_ckpt(path_in("hf/step"));
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_hf_export_options_t o = { dt, 0 };
+	const char *out = path_in(name);
+	if (flow_hf_gpt2_export(c, out, &o, &diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+	char file[512];
+	snprintf(file, sizeof file, "%s/model.safetensors", out);
+	flow_st_t *st = NULL;
+	assert_int_equal(flow_st_open(file, &st, &diag), FLOW_OK);
+	const char *check[] = { "ln_f.bias", "h.1.attn.c_proj.bias",
+				"wpe" };
+	for (size_t k = 0; k < 3; k++) {
+		char hfn[160];
+		snprintf(hfn, sizeof hfn, "transformer.%s%s", check[k],
+			 strcmp(check[k], "wpe") == 0 ? ".weight" : "");
+		int i = flow_st_tensor_find(st, hfn);
+		assert_true(i >= 0);
+		const flow_st_tensor_t *t = flow_st_tensor_at(st, (size_t)i);
+		assert_int_equal(t->dtype, dt);
+		size_t n = (size_t)(t->end - t->begin) / 2;
+		uint16_t *got = malloc(n * 2);
+		float *want = malloc(n * 4);
+		assert_true(got && want);
+		assert_int_equal(flow_st_read(st, (size_t)i, got, &diag),
+				 FLOW_OK);
+		int ic = flow_ckpt_tensor_find(c, check[k]);
+		assert_int_equal(flow_ckpt_read(c, (size_t)ic, NULL, want,
+						&diag), FLOW_OK);
+		for (size_t j = 0; j < n; j++) {
+			uint16_t r = dt == FLOW_DTYPE_BF16 ? ref_bf16(want[j]) :
+							     ref_f16(want[j]);
+			if (got[j] != r)
+				fail_msg("%s[%zu] = %a: got 0x%04x, want 0x%04x",
+					 hfn, j, (double)want[j], got[j], r);
+		}
+		free(got);
+		free(want);
+	}
+	flow_st_free(st);
+	/* and back: the import widens exactly */
+	char back[512];
+	snprintf(back, sizeof back, "%s.back", out);
+	if (flow_hf_gpt2_import(out, back, &diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+	flow_ckpt_t *b = open_ckpt(back);
+	int ib = flow_ckpt_tensor_find(b, "ln_f.bias");
+	float v[8];
+	assert_int_equal(flow_ckpt_read(b, (size_t)ib, NULL, v, &diag), FLOW_OK);
+	for (size_t j = 0; j < 8; j++) {
+		uint16_t r = dt == FLOW_DTYPE_BF16 ? ref_bf16(tricky[j]) :
+						     ref_f16(tricky[j]);
+		float w = dt == FLOW_DTYPE_BF16 ? flow_bf16_to_f32(r) :
+						  flow_f16_to_f32(r);
+		assert_memory_equal(&v[j], &w, 4);
+	}
+	flow_ckpt_free(b);
+	flow_ckpt_free(c);
+}
+
+static void test_hf_bf16(void **state)
+{
+	(void)state;
+	check_dtype_export(FLOW_DTYPE_BF16, "hf/bf16");
+}
+
+static void test_hf_f16(void **state)
+{
+	(void)state;
+	check_dtype_export(FLOW_DTYPE_F16, "hf/f16");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_write_read),
 		cmocka_unit_test(test_writer_misuse),
 		cmocka_unit_test(test_header_errors),
+		cmocka_unit_test(test_hf_round_trip),
+		cmocka_unit_test(test_hf_bf16),
+		cmocka_unit_test(test_hf_f16),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
