@@ -619,6 +619,104 @@ static void test_hf_f16(void **state)
 	check_dtype_export(FLOW_DTYPE_F16, "hf/f16");
 }
 
+/* ---- llm.c model files -------------------------------------------------- */
+
+static void test_llmc_round_trip(void **state)
+{
+	(void)state;
+	flow_ckpt_t *c = open_ckpt(path_in("hf/step"));
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	char bin[512];
+	snprintf(bin, sizeof bin, "%s", path_in("model.bin"));
+	if (flow_llmc_model_export(c, bin, FLOW_DTYPE_F32, &diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+	/* the header and the length llm.c checks */
+	FILE *f = fopen(bin, "rb");
+	assert_non_null(f);
+	int32_t h[256];
+	assert_int_equal(fread(h, 4, 256, f), 256);
+	fseek(f, 0, SEEK_END);
+	long len = ftell(f);
+	fclose(f);
+	const int32_t want[8] = { 20240326, 3, 16, 50, 2, 2, 8, 128 };
+	assert_memory_equal(h, want, sizeof want);
+	flow_gpt_config_t cfg;
+	assert_int_equal(flow_gpt_parse(SPEC, &cfg, &diag), FLOW_OK);
+	assert_int_equal(len, 1024 + 4 * (long)flow_gpt_param_count(&cfg));
+	/* the first qkvw row of layer 0 follows wte, wpe, ln1w, ln1b */
+	f = fopen(bin, "rb");
+	assert_non_null(f);
+	float row[8], fl[24 * 8];
+	long at = 1024 + 4 * (128 * 8 + 16 * 8 + 2 * 8 + 2 * 8);
+	assert_int_equal(fseek(f, at, SEEK_SET), 0);
+	assert_int_equal(fread(row, 4, 8, f), 8);
+	fclose(f);
+	int ic = flow_ckpt_tensor_find(c, "h.0.attn.c_attn.weight");
+	assert_int_equal(flow_ckpt_read(c, (size_t)ic, NULL, fl, &diag),
+			 FLOW_OK);
+	assert_memory_equal(row, fl, sizeof row);
+
+	const char *back = path_in("llmc/back");
+	if (flow_llmc_model_import(bin, back, &diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+	expect_same_weights(path_in("hf/step"), back);
+
+	/* bf16: version 5, half the payload */
+	char bf[512];
+	snprintf(bf, sizeof bf, "%s", path_in("model_bf16.bin"));
+	assert_int_equal(flow_llmc_model_export(c, bf, FLOW_DTYPE_BF16, &diag),
+			 FLOW_OK);
+	struct stat sb;
+	assert_int_equal(stat(bf, &sb), 0);
+	assert_int_equal(sb.st_size, 1024 + 2 * (long)flow_gpt_param_count(&cfg));
+	assert_int_equal(flow_llmc_model_import(bf, path_in("llmc/bf"), &diag),
+			 FLOW_OK);
+	assert_int_equal(flow_llmc_model_export(c, bf, FLOW_DTYPE_F16, &diag),
+			 FLOW_ERR_USAGE);
+	flow_ckpt_free(c);
+
+	/* damaged files: one line naming the file */
+	static const struct {
+		int word;
+		int32_t value;
+		long cut;
+		const char *msg;
+	} bad[] = {
+		{ 0, 1234, 0, "bad magic 1234" },
+		{ 1, 4, 0, "unknown version 4" },
+		{ 7, 40, 0, "padded vocabulary 40 is below the vocabulary 50" },
+		{ 6, 0, 0, "header int 6 is 0" },
+		{ -1, 0, 4, "the header's model needs" },
+		{ -1, 0, 1000000000, "shorter than the 1024-byte" },
+	};
+	f = fopen(bin, "rb");
+	assert_non_null(f);
+	char *data = malloc((size_t)len);
+	assert_non_null(data);
+	assert_int_equal(fread(data, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char *copy = malloc((size_t)len);
+		assert_non_null(copy);
+		memcpy(copy, data, (size_t)len);
+		if (bad[i].word >= 0)
+			memcpy(copy + 4 * bad[i].word, &bad[i].value, 4);
+		long n = bad[i].cut > len ? 100 : len - bad[i].cut;
+		const char *p = path_in("bad.bin");
+		assert_int_equal(testutil_write_file(p, copy, (size_t)n), 0);
+		free(copy);
+		flow_diag_clear(&diag);
+		flow_err_t err = flow_llmc_model_import(p, path_in("llmc/bad"),
+							&diag);
+		if (err != FLOW_ERR_FORMAT || !strstr(diag.msg, bad[i].msg) ||
+		    !strstr(diag.msg, p))
+			fail_msg("case %zu: %s %s", i, flow_err_name(err),
+				 diag.msg);
+		assert_int_equal(access(path_in("llmc/bad"), F_OK), -1);
+	}
+	free(data);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -628,6 +726,7 @@ int main(void)
 		cmocka_unit_test(test_hf_round_trip),
 		cmocka_unit_test(test_hf_bf16),
 		cmocka_unit_test(test_hf_f16),
+		cmocka_unit_test(test_llmc_round_trip),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
