@@ -258,7 +258,7 @@ static json_t *hf_config_json(const flow_gpt_config_t *cfg, flow_dtype_t dt)
 		"n_embd", (json_int_t)cfg->dim,
 		"n_layer", (json_int_t)cfg->layers,
 		"activation_function", "gelu_new",
-		"layer_norm_epsilon", (double)FLOW_LAYERNORM_EPS,
+		"layer_norm_epsilon", 1e-5, /* FLOW_LAYERNORM_EPS */
 		"resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0,
 		"initializer_range", 0.02, "tie_word_embeddings", 1,
 		"bos_token_id", (json_int_t)cfg->vocab - 1,
