@@ -324,46 +324,69 @@ static size_t numel(const param_t *p)
 }
 
 /* A committed training-like checkpoint of SPEC at step 7 in dir, with
- * AdamW moments beside the weights; the padded wte rows are 0. */
-static void make_ckpt(const char *dir)
+ * AdamW moments beside the weights; the padded wte rows are 0.  With
+ * nranks 2 the matrices are split by rows between two ranks (S(0)) and
+ * the vectors replicated (B): the same values in another layout. */
+static void make_ckpt_ranks(const char *dir, uint32_t nranks)
 {
 	param_t p[32];
 	size_t n = model_params(p);
-	flow_ckpt_writer_t *w = NULL;
 	flow_diag_t diag = FLOW_DIAG_INIT;
-	assert_int_equal(flow_ckpt_writer_new(dir, 0, &w, &diag), FLOW_OK);
-	for (size_t i = 0; i < n; i++) {
-		size_t k = numel(&p[i]);
-		float *v = calloc(k, sizeof(float));
-		assert_non_null(v);
-		size_t live = strcmp(p[i].name, "wte") == 0 ? 50 * 8 : k;
-		for (size_t j = 0; j < live; j++)
-			v[j] = rnd();
-		if (strcmp(p[i].name, "ln_f.bias") == 0)
-			memcpy(v, tricky, sizeof tricky);
-		for (int m = 0; m < 2; m++) {
-			flow_ckpt_tensor_desc_t d;
-			memset(&d, 0, sizeof d);
-			size_t pre = m ? 8 : 0, len = strlen(p[i].name);
-			assert_true(pre + len < sizeof d.name);
-			memcpy(d.name, "adamw.m/", pre);
-			memcpy(d.name + pre, p[i].name, len + 1);
-			d.dtype = FLOW_DTYPE_F32;
-			d.shape.ndim = p[i].ndim;
-			d.shape.dims[0] = p[i].d0;
-			d.shape.dims[1] = p[i].d1;
-			memcpy(d.mesh, "1", 2);
-			memcpy(d.sbp, "(B)", 4);
-			assert_int_equal(flow_ckpt_writer_add(w, &d, NULL, v,
-							      &diag),
-					 FLOW_OK);
+	for (uint32_t r = 0; r < nranks; r++) {
+		flow_ckpt_writer_t *w = NULL;
+		assert_int_equal(flow_ckpt_writer_new(dir, r, &w, &diag),
+				 FLOW_OK);
+		for (size_t i = 0; i < n; i++) {
+			size_t k = numel(&p[i]);
+			float *v = calloc(k, sizeof(float));
+			assert_non_null(v);
+			rng_state = 12345 + i;
+			size_t live = strcmp(p[i].name, "wte") == 0 ? 50 * 8 : k;
+			for (size_t j = 0; j < live; j++)
+				v[j] = rnd();
+			if (strcmp(p[i].name, "ln_f.bias") == 0)
+				memcpy(v, tricky, sizeof tricky);
+			bool split = nranks > 1 && p[i].ndim == 2;
+			for (int m = 0; m < 2; m++) {
+				flow_ckpt_tensor_desc_t d;
+				memset(&d, 0, sizeof d);
+				size_t pre = m ? 8 : 0, len = strlen(p[i].name);
+				assert_true(pre + len < sizeof d.name);
+				memcpy(d.name, "adamw.m/", pre);
+				memcpy(d.name + pre, p[i].name, len + 1);
+				d.dtype = FLOW_DTYPE_F32;
+				d.shape.ndim = p[i].ndim;
+				d.shape.dims[0] = p[i].d0;
+				d.shape.dims[1] = p[i].d1;
+				snprintf(d.mesh, sizeof d.mesh, "%u", nranks);
+				snprintf(d.sbp, sizeof d.sbp, "%s",
+					 split ? "(S(0))" : "(B)");
+				flow_box_t box;
+				memset(&box, 0, sizeof box);
+				box.ndim = p[i].ndim;
+				int64_t rows = p[i].d0 / (int64_t)nranks;
+				box.start[0] = split ? rows * r : 0;
+				box.extent[0] = split ? rows : p[i].d0;
+				box.extent[1] = p[i].d1;
+				const float *at = v + (size_t)box.start[0] *
+						      (size_t)(split ? p[i].d1 : 0);
+				assert_int_equal(flow_ckpt_writer_add(
+							 w, &d, &box, at, &diag),
+						 FLOW_OK);
+			}
+			free(v);
 		}
-		free(v);
+		assert_int_equal(flow_ckpt_writer_finish(w, &diag), FLOW_OK);
 	}
-	assert_int_equal(flow_ckpt_writer_finish(w, &diag), FLOW_OK);
 	const flow_ckpt_kv_t kv[] = { { "model", SPEC },
 				      { "contents", "training" } };
-	assert_int_equal(flow_ckpt_commit(dir, 7, 1, kv, 2, &diag), FLOW_OK);
+	if (flow_ckpt_commit(dir, 7, nranks, kv, 2, &diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+}
+
+static void make_ckpt(const char *dir)
+{
+	make_ckpt_ranks(dir, 1);
 }
 
 static flow_ckpt_t *open_ckpt(const char *dir)
@@ -497,6 +520,43 @@ static void test_hf_round_trip(void **state)
 			 FLOW_ERR_IO);
 	assert_non_null(strstr(diag.msg, "config.json"));
 	flow_ckpt_free(c);
+}
+
+/* A checkpoint of two ranks, matrices split: the same export bytes. */
+static void test_hf_any_layout(void **state)
+{
+	(void)state;
+	char two[512], one[512];
+	snprintf(two, sizeof two, "%s", path_in("sharded/step"));
+	make_ckpt_ranks(two, 2);
+	flow_ckpt_t *c = open_ckpt(two);
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	if (flow_hf_gpt2_export(c, path_in("sharded/export"), NULL, &diag) !=
+	    FLOW_OK)
+		fail_msg("%s", diag.msg);
+	flow_ckpt_free(c);
+	snprintf(one, sizeof one, "%s", path_in("hf/export/model.safetensors"));
+	const char *paths[2] = { one,
+				 path_in("sharded/export/model.safetensors") };
+	char *bytes[2];
+	long len[2];
+	for (int i = 0; i < 2; i++) {
+		FILE *f = fopen(paths[i], "rb");
+		assert_non_null(f);
+		fseek(f, 0, SEEK_END);
+		len[i] = ftell(f);
+		rewind(f);
+		bytes[i] = malloc((size_t)len[i]);
+		assert_non_null(bytes[i]);
+		assert_int_equal(fread(bytes[i], 1, (size_t)len[i], f),
+				 (size_t)len[i]);
+		fclose(f);
+	}
+	assert_int_equal(len[0], len[1]);
+	assert_memory_equal(bytes[0], bytes[1], (size_t)len[0]);
+	free(bytes[0]);
+	free(bytes[1]);
+	expect_same_weights(two, path_in("hf/back"));
 }
 
 /* ---- bf16 / f16 against a reference ------------------------------------ */
@@ -724,6 +784,7 @@ int main(void)
 		cmocka_unit_test(test_writer_misuse),
 		cmocka_unit_test(test_header_errors),
 		cmocka_unit_test(test_hf_round_trip),
+		cmocka_unit_test(test_hf_any_layout),
 		cmocka_unit_test(test_hf_bf16),
 		cmocka_unit_test(test_hf_f16),
 		cmocka_unit_test(test_llmc_round_trip),
