@@ -404,6 +404,11 @@ flow_err_t flow_hf_gpt2_export(const flow_ckpt_t *ckpt, const char *out_dir,
 		goto out_free;
 	const char *tmp = flow_temp_dir_path(dir);
 	char path[4096], file[64];
+	if (strlen(tmp) + sizeof file + 2 > sizeof path) {
+		err = flow_diag_set(diag, FLOW_ERR_USAGE, "path too long '%s'",
+				    out_dir);
+		goto out_abort;
+	}
 	map = json_object();
 	if (!map) {
 		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "%s: out of memory",
@@ -543,6 +548,10 @@ static flow_err_t hf_src_open(const char *src, hf_src_t *s, flow_diag_t *diag)
 {
 	struct stat sb;
 	char path[8192];
+	/* room for the directory and any file name below it */
+	if (strlen(src) + 256 > sizeof s->dir)
+		return flow_diag_set(diag, FLOW_ERR_USAGE, "path too long '%s'",
+				     src);
 	if (stat(src, &sb) != 0)
 		return flow_diag_errno(diag, FLOW_ERR_IO, errno,
 				       "cannot open '%s'", src);
