@@ -11,6 +11,8 @@ build=${FLOW_BUILD_DIR:-$top/build}
 packages=(
 	build-essential autoconf automake libtool pkg-config
 	libzstd-dev libxxhash-dev libopenblas-dev
+	# Jansson: the JSON headers of safetensors files (flow/safetensors.h).
+	libjansson-dev
 	libcmocka-dev bats python3 python3-torch zstd clang valgrind
 	# PMIx for the launchers; Slurm, munge and OpenMPI for the multi-rank
 	# tests (tests/cluster) and the OpenMPI comparison (bench/).

@@ -136,4 +136,7 @@ printf '\x04' | cat - <(with_byte 00 /dev/null "$step/rank-00000.idx" \
 with_byte 00 "$step/manifest" | seed textrec_round_trip ckpt-manifest
 printf '\x01' | cat - "$step/rank-00000.idx" | seed textrec_round_trip ckpt-index
 
+# ---- foreign model files: safetensors, llm.c, Hugging Face directories
+python3 "$top/tests/fuzz/foreign_seeds.py" "$corpus/safetensors"
+
 du -sh "$corpus" | cut -f1 | sed 's/^/make-corpus: corpus size /' >&2

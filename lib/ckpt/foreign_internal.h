@@ -1,0 +1,58 @@
+/* What the GPT-2 exporters and importers share (hf_gpt2.c, llmc_model.c):
+ * the parameter table of a GPT-2 config, reading one checkpoint tensor as
+ * f32 and writing a one-rank weights checkpoint. */
+#ifndef FLOW_CKPT_FOREIGN_INTERNAL_H
+#define FLOW_CKPT_FOREIGN_INTERNAL_H
+
+#include <flow/ckpt.h>
+#include <flow/model.h>
+
+/* One parameter: flow's name and shape (Linear [out, in]; wte [Vp, C]),
+ * the Hugging Face name without "transformer." and whether HF stores it
+ * transposed (Conv1D [in, out]). */
+typedef struct gpt2_param {
+	char flow[FLOW_CKPT_NAME_MAX];
+	char hf[FLOW_CKPT_NAME_MAX];
+	flow_shape_t shape;
+	bool transpose;
+} gpt2_param_t;
+
+/* Parameters per layer, in llm.c's (and HF's) order. */
+#define GPT2_LAYER_PARAMS 12
+
+/* The parameters of cfg: wte, wpe, then per layer the GPT2_LAYER_PARAMS
+ * of h.<l>, then ln_f.weight and ln_f.bias; 4 + 12 layers entries,
+ * malloc'ed into *params_out (free()).  FLOW_ERR_NOMEM only. */
+flow_err_t gpt2_params(const flow_gpt_config_t *cfg,
+		       gpt2_param_t **params_out, size_t *n_out,
+		       flow_diag_t *diag);
+
+/* The config of ckpt's state "model"; FLOW_ERR_FORMAT when absent or bad. */
+flow_err_t gpt2_ckpt_config(const flow_ckpt_t *ckpt, flow_gpt_config_t *cfg,
+			    flow_diag_t *diag);
+
+/* Read rows [0, rows) of the parameter p of ckpt (a float tensor of
+ * exactly p->shape) into dst as f32. */
+flow_err_t gpt2_ckpt_read_f32(const flow_ckpt_t *ckpt, const gpt2_param_t *p,
+			      int64_t rows, float *dst, flow_diag_t *diag);
+
+/* Elements of a shape (checked by the callers' shapes being small
+ * enough: the GPT config limits bound them). */
+size_t gpt2_numel(const flow_shape_t *s);
+
+/* Convert n f32 values to dtype (F32, BF16, F16) into dst. */
+void gpt2_from_f32(const float *src, size_t n, flow_dtype_t dtype, void *dst);
+/* Convert n values of dtype (F32, BF16, F16) to f32. */
+void gpt2_to_f32(const void *src, size_t n, flow_dtype_t dtype, float *dst);
+
+/* Commit the step-0 weights checkpoint written by w (rank 0 of 1) in
+ * step_dir with state "model" = spec of cfg, "contents" = "weights". */
+flow_err_t gpt2_commit_weights(flow_ckpt_writer_t *w, const char *step_dir,
+			       const flow_gpt_config_t *cfg,
+			       flow_diag_t *diag);
+
+/* Append whole f32 tensor p (data in flow's layout) to w. */
+flow_err_t gpt2_write_param(flow_ckpt_writer_t *w, const gpt2_param_t *p,
+			    const float *data, flow_diag_t *diag);
+
+#endif
