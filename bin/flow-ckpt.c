@@ -1,12 +1,14 @@
-/* flow-ckpt: inspect, check, compare and reshard checkpoints (flow-ckpt(5)).
- * Four commands: info (what a checkpoint holds), verify (every size,
- * checksum and tiling), diff (two checkpoints element by element, whatever
- * their layouts) and reshard (write the checkpoint another plan's ranks
- * would write, from box intersections of the source's shards).  The work
- * lives in lib/ckpt (reading any box, verifying, writing and committing)
- * and lib/runtime/train_ckpt.c (the layout a plan's ranks write,
- * flow_train_ckpt_layout); this file parses, validates, calls and
- * reports. */
+/* flow-ckpt: inspect, check, compare, reshard and convert checkpoints
+ * (flow-ckpt(5)).  Six commands: info (what a checkpoint holds), verify
+ * (every size, checksum and tiling), diff (two checkpoints element by
+ * element, whatever their layouts), reshard (write the checkpoint another
+ * plan's ranks would write, from box intersections of the source's
+ * shards), export (to Hugging Face GPT-2 safetensors or an llm.c model
+ * file) and import (the reverse, then resharded onto a plan).  The work
+ * lives in lib/ckpt (reading any box, verifying, writing and committing;
+ * the foreign formats) and lib/runtime/train_ckpt.c (the layout a plan's
+ * ranks write, flow_train_ckpt_layout); this file parses, validates,
+ * calls and reports. */
 #include <config.h>
 
 #include <errno.h>
@@ -21,7 +23,9 @@
 #include <flow/file.h>
 #include <flow/json.h>
 #include <flow/log.h>
+#include <flow/model.h>
 #include <flow/plan.h>
+#include <flow/safetensors.h>
 #include <flow/tensor.h>
 #include <flow/train.h>
 
@@ -48,8 +52,12 @@ static const char help_text[] =
 	"       flow-ckpt verify CKPT [--quick] [--json]\n"
 	"       flow-ckpt diff A B [--tol X] [--json]\n"
 	"       flow-ckpt reshard CKPT --plan PLAN -o OUT [--max-memory SIZE]\n"
-	"Inspect, check, compare and reshard the checkpoints flow-train writes\n"
-	"(flow-ckpt(5)).  CKPT is a step directory (ckpt/step-00000100).\n"
+	"       flow-ckpt export CKPT [--to FORMAT] -o OUT [--dtype D]\n"
+	"                        [--max-shard-size SIZE]\n"
+	"       flow-ckpt import SRC [--from FORMAT] --plan PLAN -o OUT\n"
+	"                        [--max-memory SIZE]\n"
+	"Inspect, check, compare, reshard and convert the checkpoints flow-train\n"
+	"writes (flow-ckpt(5)).  CKPT is a step directory (ckpt/step-00000100).\n"
 	"Tables are TSV after '#' lines, or --json.\n"
 	"\n"
 	"Commands:\n"
@@ -64,15 +72,33 @@ static const char help_text[] =
 	"  reshard CKPT       write the checkpoint the ranks of --plan would write\n"
 	"                     (parameters, AdamW moments, data position), into\n"
 	"                     OUT, committed atomically\n"
+	"  export CKPT        write the model's weights as a Hugging Face GPT-2\n"
+	"                     directory (safetensors, config.json) or an llm.c\n"
+	"                     model file, at OUT, committed atomically\n"
+	"  import SRC         read such a directory (or a .safetensors file with\n"
+	"                     config.json beside it) or llm.c file into the\n"
+	"                     weights checkpoint the ranks of --plan would load\n"
+	"                     (flow-train --init OUT)\n"
 	"\n"
 	"Options:\n"
 	"      --quick            (verify) check the structure only, read no data\n"
 	"      --tol X            (diff) elements within X of each other are equal\n"
 	"                         [0: bit for bit]\n"
-	"      --plan PLAN        (reshard) the plan to write for (flow-plan(5))\n"
-	"  -o, --output OUT       (reshard) the step directory to create; it must\n"
-	"                         not exist\n"
-	"      --max-memory SIZE  (reshard) the most bytes of tensor data held at\n"
+	"      --plan PLAN        (reshard, import) the plan to write for\n"
+	"                         (flow-plan(5))\n"
+	"  -o, --output OUT       (reshard, export, import) what to create: a step\n"
+	"                         directory, an export directory or llm.c file;\n"
+	"                         it must not exist\n"
+	"      --to FORMAT        (export) safetensors or llmc [safetensors]\n"
+	"      --from FORMAT      (import) safetensors or llmc [safetensors]\n"
+	"      --dtype D          (export) f32, bf16 or f16 (llmc: f32 or bf16)\n"
+	"                         [f32]\n"
+	"      --max-shard-size SIZE\n"
+	"                         (export to safetensors) split the tensors into\n"
+	"                         files of at most SIZE bytes each, K/M/G\n"
+	"                         suffixes, with model.safetensors.index.json\n"
+	"                         [one file]\n"
+	"      --max-memory SIZE  (reshard, import) the most bytes of tensor data held at\n"
 	"                         once, with K/M/G suffixes [2x the largest shard\n"
 	"                         written]; a shard that does not fit is refused\n"
 	"  -v, --verbose          more messages on stderr (repeatable)\n"
@@ -89,6 +115,10 @@ enum {
 	OPT_TOL,
 	OPT_PLAN,
 	OPT_MAX_MEMORY,
+	OPT_TO,
+	OPT_FROM,
+	OPT_DTYPE,
+	OPT_MAX_SHARD_SIZE,
 };
 
 static const struct option long_options[] = {
@@ -97,23 +127,56 @@ static const struct option long_options[] = {
 	{ "plan", required_argument, NULL, OPT_PLAN },
 	{ "output", required_argument, NULL, 'o' },
 	{ "max-memory", required_argument, NULL, OPT_MAX_MEMORY },
+	{ "to", required_argument, NULL, OPT_TO },
+	{ "from", required_argument, NULL, OPT_FROM },
+	{ "dtype", required_argument, NULL, OPT_DTYPE },
+	{ "max-shard-size", required_argument, NULL, OPT_MAX_SHARD_SIZE },
 	FLOW_COMMON_OPTIONS,
 	{ NULL, 0, NULL, 0 },
 };
 
-typedef enum { CMD_INFO, CMD_VERIFY, CMD_DIFF, CMD_RESHARD } command_t;
+typedef enum {
+	CMD_INFO,
+	CMD_VERIFY,
+	CMD_DIFF,
+	CMD_RESHARD,
+	CMD_EXPORT,
+	CMD_IMPORT,
+} command_t;
+
+static const char *const command_names[] = { "info",    "verify", "diff",
+					     "reshard", "export", "import" };
+
+/* The formats of export and import. */
+typedef enum { FORMAT_SAFETENSORS, FORMAT_LLMC } format_t;
 
 typedef struct ckpt_opts {
 	command_t cmd;
 	const char *args[2];
 	bool quick;
 	const char *quick_opt, *tol_opt, *plan_opt, *out_opt, *mem_opt;
+	const char *to_opt, *from_opt, *dtype_opt, *shard_opt;
 	double tol;
 	bool has_tol;
 	const char *plan;
 	const char *out;
 	uint64_t max_memory; /* 0: 2x the largest shard */
+	format_t format;     /* --to or --from */
+	flow_dtype_t dtype;  /* F32 unless --dtype */
+	uint64_t max_shard_size; /* 0: one file */
 } ckpt_opts_t;
+
+static format_t parse_format(const flow_tool_t *tool, const char *opt,
+			     const char *text)
+{
+	if (strcmp(text, "safetensors") == 0)
+		return FORMAT_SAFETENSORS;
+	if (strcmp(text, "llmc") == 0)
+		return FORMAT_LLMC;
+	flow_tool_usage_error(tool, "%s: unknown format '%s' (safetensors or "
+				    "llmc)",
+			      opt, text);
+}
 
 static void parse_options(flow_tool_t *tool, ckpt_opts_t *o, int argc,
 			  char **argv)
@@ -150,32 +213,58 @@ static void parse_options(flow_tool_t *tool, ckpt_opts_t *o, int argc,
 							    "be positive");
 			o->mem_opt = "--max-memory";
 			break;
+		case OPT_TO:
+		case OPT_FROM:
+			o->format = parse_format(tool, opt == OPT_TO ? "--to"
+								     : "--from",
+						 optarg);
+			if (opt == OPT_TO)
+				o->to_opt = "--to";
+			else
+				o->from_opt = "--from";
+			break;
+		case OPT_DTYPE: {
+			flow_diag_t diag = FLOW_DIAG_INIT;
+			if (flow_dtype_parse(optarg, &o->dtype, &diag) != FLOW_OK ||
+			    (o->dtype != FLOW_DTYPE_F32 &&
+			     o->dtype != FLOW_DTYPE_BF16 &&
+			     o->dtype != FLOW_DTYPE_F16))
+				flow_tool_usage_error(tool, "--dtype: '%s' is not "
+							    "f32, bf16 or f16",
+						      optarg);
+			o->dtype_opt = "--dtype";
+			break;
+		}
+		case OPT_MAX_SHARD_SIZE:
+			o->max_shard_size = flow_tool_size(tool, "--max-shard-size",
+							   optarg);
+			if (o->max_shard_size == 0)
+				flow_tool_usage_error(tool, "--max-shard-size "
+							    "must be positive");
+			o->shard_opt = "--max-shard-size";
+			break;
 		}
 	}
 	int n = argc - optind;
 	if (n < 1)
 		flow_tool_usage_error(tool, "a command is required: info, "
-					    "verify, diff or reshard");
+					    "verify, diff, reshard, export or "
+					    "import");
 	const char *cmd = argv[optind];
-	int want;
-	if (strcmp(cmd, "info") == 0) {
-		o->cmd = CMD_INFO;
-		want = 1;
-	} else if (strcmp(cmd, "verify") == 0) {
-		o->cmd = CMD_VERIFY;
-		want = 1;
-	} else if (strcmp(cmd, "diff") == 0) {
-		o->cmd = CMD_DIFF;
-		want = 2;
-	} else if (strcmp(cmd, "reshard") == 0) {
-		o->cmd = CMD_RESHARD;
-		want = 1;
-	} else {
+	size_t c = 0;
+	while (c < sizeof command_names / sizeof *command_names &&
+	       strcmp(cmd, command_names[c]) != 0)
+		c++;
+	if (c == sizeof command_names / sizeof *command_names)
 		flow_tool_usage_error(tool, "unknown command '%s'", cmd);
-	}
+	o->cmd = (command_t)c;
+	int want = o->cmd == CMD_DIFF ? 2 : 1;
 	if (n - 1 != want)
-		flow_tool_usage_error(tool, "'%s' takes %d checkpoint%s, got %d",
-				      cmd, want, want == 1 ? "" : "s", n - 1);
+		flow_tool_usage_error(tool, "'%s' takes %d %s%s, got %d", cmd,
+				      want,
+				      o->cmd == CMD_IMPORT ? "source"
+							   : "checkpoint",
+				      want == 1 ? "" : "s", n - 1);
 	for (int i = 0; i < want; i++)
 		o->args[i] = argv[optind + 1 + i];
 }
@@ -191,25 +280,41 @@ static void refuse_option(const flow_tool_t *tool, const char *opt,
 
 static void validate(const flow_tool_t *tool, const ckpt_opts_t *o)
 {
-	static const char *const names[] = { "info", "verify", "diff",
-					     "reshard" };
-	const char *cmd = names[o->cmd];
+	const char *cmd = command_names[o->cmd];
+	bool writes = o->cmd == CMD_RESHARD || o->cmd == CMD_EXPORT ||
+		      o->cmd == CMD_IMPORT;
+	bool to_plan = o->cmd == CMD_RESHARD || o->cmd == CMD_IMPORT;
 	if (o->cmd != CMD_VERIFY)
 		refuse_option(tool, o->quick_opt, cmd);
 	if (o->cmd != CMD_DIFF)
 		refuse_option(tool, o->tol_opt, cmd);
-	if (o->cmd != CMD_RESHARD) {
+	if (!to_plan) {
 		refuse_option(tool, o->plan_opt, cmd);
-		refuse_option(tool, o->out_opt, cmd);
 		refuse_option(tool, o->mem_opt, cmd);
+	}
+	if (o->cmd != CMD_EXPORT) {
+		refuse_option(tool, o->to_opt, cmd);
+		refuse_option(tool, o->dtype_opt, cmd);
+		refuse_option(tool, o->shard_opt, cmd);
+	}
+	if (o->cmd != CMD_IMPORT)
+		refuse_option(tool, o->from_opt, cmd);
+	if (!writes) {
+		refuse_option(tool, o->out_opt, cmd);
 		return;
 	}
-	if (!o->plan)
-		flow_tool_usage_error(tool, "reshard needs --plan");
+	if (to_plan && !o->plan)
+		flow_tool_usage_error(tool, "%s needs --plan", cmd);
 	if (!o->out)
-		flow_tool_usage_error(tool, "reshard needs -o OUT");
+		flow_tool_usage_error(tool, "%s needs -o OUT", cmd);
 	if (tool->json)
-		flow_tool_usage_error(tool, "--json does not apply to 'reshard'");
+		flow_tool_usage_error(tool, "--json does not apply to '%s'", cmd);
+	if (o->cmd == CMD_EXPORT && o->format == FORMAT_LLMC) {
+		refuse_option(tool, o->shard_opt, "export --to llmc");
+		if (o->dtype == FLOW_DTYPE_F16)
+			flow_tool_usage_error(tool, "--dtype f16: an llm.c model "
+						    "file is f32 or bf16");
+	}
 }
 
 /* Open a checkpoint, printing the error: NULL on failure. */
@@ -663,6 +768,16 @@ static flow_err_t match_model(const flow_ckpt_t *ck, const char *ck_path,
 					    plan->path,
 					    flow_ckpt_tensor_at(ck, j)->name,
 					    ck_path);
+	/* What the shapes do not show (the heads) is in the spec. */
+	const char *model = flow_ckpt_get(ck, "model");
+	char spec[FLOW_GPT_SPEC_MAX];
+	flow_gpt_format(&plan->cfg, spec, sizeof spec);
+	if (err == FLOW_OK && (!model || strcmp(model, spec) != 0))
+		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+				    "%s: plan is for another model: '%s', "
+				    "but '%s' holds '%s'",
+				    plan->path, spec, ck_path,
+				    model ? model : "(none)");
 	free(seen);
 	return err;
 }
@@ -704,53 +819,65 @@ static flow_err_t write_ranks(const flow_ckpt_t *ck, const char *dir,
 	return err;
 }
 
-static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
+/* The layout a checkpoint's contents are resharded in: a run's whole
+ * state, or weights alone (imported; flow-train --init). */
+static flow_err_t ckpt_contents(const flow_ckpt_t *ck, const char *path,
+				flow_train_ckpt_contents_t *contents_out,
+				flow_diag_t *diag)
 {
-	flow_diag_t diag = FLOW_DIAG_INIT;
+	/* A dump of gradients (flow-train --dump-grads) is neither. */
+	const char *contents = flow_ckpt_get(ck, "contents");
+	if (contents && strcmp(contents, "training") == 0)
+		*contents_out = FLOW_TRAIN_CKPT_TRAINING;
+	else if (contents && strcmp(contents, "weights") == 0)
+		*contents_out = FLOW_TRAIN_CKPT_WEIGHTS;
+	else
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: neither a training checkpoint nor "
+				     "weights (contents '%s')",
+				     path, contents ? contents : "missing");
+	return FLOW_OK;
+}
+
+/* Write into out (which must not exist), committed atomically, the
+ * checkpoint the ranks of the plan at plan_path write (or, for weights,
+ * load), from ck at ck_path in whatever layout, holding at most
+ * max_memory bytes of tensor data (0: 2x the largest target shard). */
+static flow_err_t reshard(const flow_ckpt_t *ck, const char *ck_path,
+			  const char *plan_path, const char *out,
+			  uint64_t max_memory, flow_diag_t *diag)
+{
 	flow_plan_t *plan = NULL;
 	flow_train_ckpt_layout_t *layouts = NULL;
 	size_t nlayouts = 0;
 	flow_temp_dir_t *tmp = NULL;
 	void *buf = NULL, *scratch = NULL;
-	int status = 1;
-	struct stat st;
+	flow_train_ckpt_contents_t contents;
+	flow_err_t err;
 
-	if (lstat(o->out, &st) == 0) {
-		flow_tool_error(tool, "output '%s' already exists", o->out);
-		return 1;
-	}
-	flow_ckpt_t *ck = open_ckpt(tool, o->args[0]);
-	if (!ck)
-		return 1;
-	/* A dump of gradients (flow-train --dump-grads) has no moments and
-	 * nothing to resume. */
-	const char *contents = flow_ckpt_get(ck, "contents");
-	if (!contents || strcmp(contents, "training") != 0) {
-		flow_diag_set(&diag, FLOW_ERR_FORMAT,
-			      "%s: not a training checkpoint (contents '%s')",
-			      o->args[0], contents ? contents : "missing");
-		goto out_error;
-	}
-	if (flow_plan_read(o->plan, &plan, &diag) != FLOW_OK)
-		goto out_error;
+	if ((err = ckpt_contents(ck, ck_path, &contents, diag)) != FLOW_OK ||
+	    (err = flow_plan_read(plan_path, &plan, diag)) != FLOW_OK)
+		goto out_free;
 	int64_t world = flow_mesh_top_rank(&plan->mesh) + 1;
-	if (flow_plan_check(plan, world, NULL, NULL, &diag) != FLOW_OK)
-		goto out_error;
+	if ((err = flow_plan_check(plan, world, NULL, NULL, diag)) != FLOW_OK)
+		goto out_free;
 	layouts = calloc((size_t)world, sizeof *layouts);
 	if (!layouts) {
-		flow_diag_set(&diag, FLOW_ERR_NOMEM, "out of memory");
-		goto out_error;
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
+		goto out_free;
 	}
 	for (; nlayouts < (size_t)world; nlayouts++)
-		if (flow_train_ckpt_layout(plan, (int64_t)nlayouts,
-					   &layouts[nlayouts],
-					   &diag) != FLOW_OK)
-			goto out_error;
-	if (match_model(ck, o->args[0], plan, layouts, nlayouts, &diag) !=
+		if ((err = flow_train_ckpt_layout(plan, (int64_t)nlayouts,
+						  contents, &layouts[nlayouts],
+						  diag)) != FLOW_OK)
+			goto out_free;
+	if ((err = match_model(ck, ck_path, plan, layouts, nlayouts, diag)) !=
 	    FLOW_OK)
-		goto out_error;
+		goto out_free;
 
-	/* The working set: one target shard at a time. */
+	/* The working set: the target shard being written (up to the
+	 * largest), and what is left of the budget to stream the source
+	 * shards through, which must hold a row of each tensor read. */
 	size_t largest = 0;
 	const char *largest_name = "";
 	for (size_t r = 0; r < nlayouts; r++)
@@ -763,27 +890,26 @@ static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
 				largest_name = p->desc.name;
 			}
 		}
-	/* The working set: the target shard being written (up to the
-	 * largest), and what is left of the budget to stream the source
-	 * shards through, which must hold a row of each tensor read. */
-	uint64_t budget = o->max_memory ? o->max_memory : 2 * (uint64_t)largest;
+	uint64_t budget = max_memory ? max_memory : 2 * (uint64_t)largest;
 	if (largest > budget) {
-		flow_diag_set(&diag, FLOW_ERR_USAGE,
-			      "a shard of '%s' needs %zu bytes, more than "
-			      "--max-memory %" PRIu64,
-			      largest_name, largest, budget);
-		goto out_error;
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "a shard of '%s' needs %zu bytes, more "
+				    "than --max-memory %" PRIu64,
+				    largest_name, largest, budget);
+		goto out_free;
 	}
 	size_t scap = (size_t)(budget - largest);
 	for (size_t j = 0; j < flow_ckpt_tensor_count(ck); j++) {
 		const flow_ckpt_tensor_desc_t *d = flow_ckpt_tensor_at(ck, j);
 		if (row_bytes(d) > scap) {
-			flow_diag_set(&diag, FLOW_ERR_USAGE,
-				      "reading '%s' needs %zu bytes besides "
-				      "the %zu-byte largest shard, more than "
-				      "--max-memory %" PRIu64,
-				      d->name, row_bytes(d), largest, budget);
-			goto out_error;
+			err = flow_diag_set(diag, FLOW_ERR_USAGE,
+					    "reading '%s' needs %zu bytes "
+					    "besides the %zu-byte largest "
+					    "shard, more than --max-memory "
+					    "%" PRIu64,
+					    d->name, row_bytes(d), largest,
+					    budget);
+			goto out_free;
 		}
 	}
 	/* The source is read in slabs of the whole buffer: a larger one
@@ -793,34 +919,30 @@ static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
 	buf = malloc(largest ? largest : 1);
 	scratch = malloc(scap ? scap : 1);
 	if (!buf || !scratch) {
-		flow_diag_set(&diag, FLOW_ERR_NOMEM,
-			      "out of memory for a %zu-byte shard", largest);
-		goto out_error;
+		err = flow_diag_set(diag, FLOW_ERR_NOMEM,
+				    "out of memory for a %zu-byte shard",
+				    largest);
+		goto out_free;
 	}
 
-	if (flow_temp_dir_create(o->out, &tmp, &diag) != FLOW_OK)
-		goto out_error;
+	if ((err = flow_temp_dir_create(out, &tmp, diag)) != FLOW_OK)
+		goto out_free;
 	const char *dir = flow_temp_dir_path(tmp);
 	const flow_ckpt_kv_t *kv;
 	size_t nkv = flow_ckpt_state(ck, &kv);
-	if (write_ranks(ck, dir, layouts, nlayouts, buf, scratch, scap,
-			&diag) != FLOW_OK ||
-	    flow_ckpt_commit(dir, flow_ckpt_step(ck), layouts[0].nwriters, kv,
-			     nkv, &diag) != FLOW_OK)
-		goto out_error;
+	if ((err = write_ranks(ck, dir, layouts, nlayouts, buf, scratch, scap,
+			       diag)) != FLOW_OK ||
+	    (err = flow_ckpt_commit(dir, flow_ckpt_step(ck),
+				    layouts[0].nwriters, kv, nkv, diag)) !=
+		    FLOW_OK)
+		goto out_free;
 	flow_temp_dir_t *t = tmp;
 	tmp = NULL;
-	if (flow_temp_dir_commit(t, &diag) != FLOW_OK)
-		goto out_error;
+	if ((err = flow_temp_dir_commit(t, diag)) != FLOW_OK)
+		goto out_free;
 	flow_log(FLOW_LOG_INFO, "wrote '%s': step %" PRIu64 " for %" PRId64
-		 " ranks of '%s'", o->out, flow_ckpt_step(ck), world, o->plan);
-	status = 0;
-	goto out_free;
+		 " ranks of '%s'", out, flow_ckpt_step(ck), world, plan_path);
 
-out_error:
-	/* Bad data, a plan for another model or a shard too large for the
-	 * budget: all run-time failures here. */
-	flow_tool_error(tool, "%s", flow_diag_message(&diag));
 out_free:
 	flow_temp_dir_abort(tmp);
 	free(scratch);
@@ -829,8 +951,107 @@ out_free:
 		flow_train_ckpt_layout_release(&layouts[r]);
 	free(layouts);
 	flow_plan_free(plan);
+	return err;
+}
+
+/* Refuse an output that exists before any work: every writer would, but
+ * only after reading everything. */
+static bool output_free(const flow_tool_t *tool, const char *out)
+{
+	struct stat st;
+	if (lstat(out, &st) == 0) {
+		flow_tool_error(tool, "output '%s' already exists", out);
+		return false;
+	}
+	return true;
+}
+
+static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
+{
+	if (!output_free(tool, o->out))
+		return 1;
+	flow_ckpt_t *ck = open_ckpt(tool, o->args[0]);
+	if (!ck)
+		return 1;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	/* Bad data, a plan for another model or a shard too large for the
+	 * budget: all run-time failures here. */
+	int status = 0;
+	if (reshard(ck, o->args[0], o->plan, o->out, o->max_memory, &diag) !=
+	    FLOW_OK) {
+		flow_tool_error(tool, "%s", flow_diag_message(&diag));
+		status = 1;
+	}
 	flow_ckpt_free(ck);
 	return status;
+}
+
+/* ---- export and import ------------------------------------------------------ */
+
+static int run_export(const flow_tool_t *tool, const ckpt_opts_t *o)
+{
+	if (!output_free(tool, o->out))
+		return 1;
+	flow_ckpt_t *ck = open_ckpt(tool, o->args[0]);
+	if (!ck)
+		return 1;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_train_ckpt_contents_t contents;
+	flow_err_t err = ckpt_contents(ck, o->args[0], &contents, &diag);
+	if (err == FLOW_OK && o->format == FORMAT_LLMC) {
+		err = flow_llmc_model_export(ck, o->out, o->dtype, &diag);
+	} else if (err == FLOW_OK) {
+		flow_hf_export_options_t opt = {
+			.dtype = o->dtype,
+			.max_shard_size = o->max_shard_size,
+		};
+		err = flow_hf_gpt2_export(ck, o->out, &opt, &diag);
+	}
+	if (err == FLOW_OK)
+		flow_log(FLOW_LOG_INFO, "wrote '%s' (%s, %s) from step %" PRIu64,
+			 o->out, o->format == FORMAT_LLMC ? "llmc" : "safetensors",
+			 flow_dtype_name(o->dtype), flow_ckpt_step(ck));
+	else
+		flow_tool_error(tool, "%s", flow_diag_message(&diag));
+	flow_ckpt_free(ck);
+	return err == FLOW_OK ? 0 : 1;
+}
+
+/* The weights are read whole into a one-rank checkpoint beside OUT
+ * ("OUT.import.tmp.PID", never committed), which is then resharded onto
+ * the plan like any other: one path writes every layout. */
+static int run_import(const flow_tool_t *tool, const ckpt_opts_t *o)
+{
+	if (!output_free(tool, o->out))
+		return 1;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	char whole[4096];
+	if ((size_t)snprintf(whole, sizeof whole, "%s.import", o->out) >=
+	    sizeof whole) {
+		flow_tool_error(tool, "output name '%s' is too long", o->out);
+		return 1;
+	}
+	flow_temp_dir_t *tmp = NULL;
+	flow_ckpt_t *ck = NULL;
+	flow_err_t err = flow_temp_dir_create(whole, &tmp, &diag);
+	if (err == FLOW_OK)
+		err = o->format == FORMAT_LLMC
+			      ? flow_llmc_model_import(o->args[0],
+						       flow_temp_dir_path(tmp),
+						       &diag)
+			      : flow_hf_gpt2_import(o->args[0],
+						    flow_temp_dir_path(tmp),
+						    &diag);
+	if (err == FLOW_OK)
+		err = flow_ckpt_open(flow_temp_dir_path(tmp), &ck, &diag);
+	if (err == FLOW_OK)
+		err = reshard(ck, o->args[0], o->plan, o->out, o->max_memory,
+			      &diag);
+	if (err != FLOW_OK)
+		flow_tool_error(tool, "%s", flow_diag_message(&diag));
+	flow_ckpt_free(ck);
+	flow_temp_dir_abort(tmp);
+	return err == FLOW_OK ? 0 : 1;
 }
 
 int main(int argc, char **argv)
@@ -861,6 +1082,12 @@ int main(int argc, char **argv)
 		break;
 	case CMD_RESHARD:
 		status = run_reshard(&tool, &o);
+		break;
+	case CMD_EXPORT:
+		status = run_export(&tool, &o);
+		break;
+	case CMD_IMPORT:
+		status = run_import(&tool, &o);
 		break;
 	}
 

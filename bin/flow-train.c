@@ -61,6 +61,9 @@ static const char help_text[] =
 	"      --ckpt-every N     every N steps, and after the last [0: last only]\n"
 	"      --resume CKPT      continue from a checkpoint directory, or 'latest'\n"
 	"                         in --ckpt-dir\n"
+	"      --init CKPT        start from the weights of a checkpoint (any\n"
+	"                         layout; flow-ckpt import makes one): step 0,\n"
+	"                         fresh optimizer state\n"
 	"\n"
 	"Device (see flow-train(1), GPUS):\n"
 	"      --device D         cpu, or cuda: each rank takes the GPU of its local\n"
@@ -118,6 +121,7 @@ enum {
 	OPT_CKPT_DIR,
 	OPT_CKPT_EVERY,
 	OPT_RESUME,
+	OPT_INIT,
 	OPT_EMIT_GRAPH,
 	OPT_PROFILE,
 	OPT_PEAK_GFLOPS,
@@ -155,6 +159,7 @@ static const struct option long_options[] = {
 	{ "ckpt-dir", required_argument, NULL, OPT_CKPT_DIR },
 	{ "ckpt-every", required_argument, NULL, OPT_CKPT_EVERY },
 	{ "resume", required_argument, NULL, OPT_RESUME },
+	{ "init", required_argument, NULL, OPT_INIT },
 	{ "emit-graph", no_argument, NULL, OPT_EMIT_GRAPH },
 	{ "profile", no_argument, NULL, OPT_PROFILE },
 	{ "peak-gflops", required_argument, NULL, OPT_PEAK_GFLOPS },
@@ -293,6 +298,9 @@ static void parse_options(flow_tool_t *tool, train_opts_t *o, int argc,
 		case OPT_RESUME:
 			c->resume = optarg;
 			break;
+		case OPT_INIT:
+			c->init = optarg;
+			break;
 		case OPT_EMIT_GRAPH:
 			o->emit_graph = true;
 			break;
@@ -391,6 +399,9 @@ static void validate_run(flow_tool_t *tool, train_opts_t *o)
 		flow_tool_usage_error(tool, "--eval-batches needs --eval-every");
 	if (o->ckpt_every && !c->ckpt_dir)
 		flow_tool_usage_error(tool, "--ckpt-every needs --ckpt-dir");
+	if (c->resume && c->init)
+		flow_tool_usage_error(tool, "--init and --resume exclude each "
+					    "other");
 	if (c->resume && strcmp(c->resume, "latest") == 0 && !c->ckpt_dir)
 		flow_tool_usage_error(tool, "--resume latest needs --ckpt-dir");
 	if (c->lr.min_lr > c->lr.lr)

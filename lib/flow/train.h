@@ -60,6 +60,11 @@ typedef struct flow_train_config {
 	uint64_t ckpt_every;     /* 0: only after the last step */
 	const char *resume;      /* a step directory, "latest" (in
 				  * ckpt_dir), or NULL */
+	/* A step directory whose parameters start the run (any layout, a
+	 * training checkpoint or weights alone, of the same model): step 0,
+	 * fresh AdamW state, the run's own data order; NULL: from the seed.
+	 * Not with resume. */
+	const char *init;
 	flow_kernel_set_t kernels;
 	/* Where parameters, gradients, optimizer state and activations live
 	 * [cpu].  cuda: each rank takes the GPU of its local rank
@@ -142,7 +147,8 @@ typedef struct flow_trainer flow_trainer_t;
 /* Join the data-parallel group (with a plan and a world, a communicator
  * split from cfg->world over the plan's dp axis: collective over the
  * world, owned by the trainer), build the graph, allocate, open the data,
- * and initialise from the seed or resume from a checkpoint (whose model
+ * and initialise from the seed, from a checkpoint's parameters (cfg->init:
+ * the model must equal cfg's) or resume from a checkpoint (whose model
  * and hyperparameters must equal cfg's: FLOW_ERR_USAGE naming the first
  * difference).  FLOW_ERR_NOTSUP naming the plan's line for a layout this
  * runtime cannot execute; the data's, the checkpoint's and the
@@ -191,6 +197,14 @@ typedef struct flow_train_ckpt_part {
 	flow_box_t box;
 } flow_train_ckpt_part_t;
 
+/* What a checkpoint holds: a run's whole state (state "contents"
+ * "training": parameters, AdamW moments, data position), or the
+ * parameters alone ("weights": imported, or for --init). */
+typedef enum flow_train_ckpt_contents {
+	FLOW_TRAIN_CKPT_TRAINING,
+	FLOW_TRAIN_CKPT_WEIGHTS,
+} flow_train_ckpt_contents_t;
+
 /* What one rank of a run under a plan writes to each checkpoint. */
 typedef struct flow_train_ckpt_layout {
 	bool writes;             /* it writes a data file and index */
@@ -202,7 +216,8 @@ typedef struct flow_train_ckpt_layout {
 
 /* The checkpoint layout of world rank `rank` of a run under plan (valid:
  * flow_plan_check), exactly what flow_trainer_new's trainer of that rank
- * writes (the same names, boxes, mesh and nd-SBP text), computed without
+ * writes (the same names, boxes, mesh and nd-SBP text; with contents
+ * FLOW_TRAIN_CKPT_WEIGHTS its parts without the moments), computed without
  * running anything: the plan's graph is built and localized for the rank,
  * and its ZeRO partition taken.  FLOW_ERR_USAGE for a rank off the mesh;
  * FLOW_ERR_NOTSUP naming the plan's line for a layout the runtime cannot
@@ -210,6 +225,7 @@ typedef struct flow_train_ckpt_layout {
  * flow_train_ckpt_layout_release(). */
 FLOW_EXPORT flow_err_t flow_train_ckpt_layout(
 	const flow_plan_t *plan, int64_t rank,
+	flow_train_ckpt_contents_t contents,
 	flow_train_ckpt_layout_t *layout_out, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
 /* Free the parts; accepts a released layout. */

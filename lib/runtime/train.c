@@ -323,8 +323,14 @@ flow_err_t flow_trainer_new(const flow_train_config_t *cfg,
 		err = trainer_build(t, diag);
 	if (err == FLOW_OK)
 		err = trainer_open_data(t, diag);
+	if (err == FLOW_OK && c->resume && c->init)
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "a run resumes or starts from --init, not "
+				    "both");
 	if (err == FLOW_OK && c->resume)
 		err = trainer_resume(t, diag);
+	else if (err == FLOW_OK && c->init)
+		err = trainer_init_from(t, diag);
 	else if (err == FLOW_OK)
 		err = trainer_init_params(t, diag);
 	if (err == FLOW_OK && t->step > c->steps)
@@ -366,6 +372,7 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_comm_free(t->world_nccl);
 	flow_comm_free(t->dp_owned);
 	free(t->resumed_path);
+	free(t->init_path);
 	free(t);
 }
 
@@ -478,6 +485,8 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 	if (t->resumed_path)
 		fprintf(out, "# resumed from %s (step %" PRIu64 ")\n",
 			t->resumed_path, t->resumed_from);
+	if (t->init_path)
+		fprintf(out, "# parameters from %s\n", t->init_path);
 }
 
 /* ---- steps -------------------------------------------------------------------------- */

@@ -332,6 +332,7 @@ static flow_err_t layout_add(flow_train_ckpt_layout_t *layout, size_t *cap,
 }
 
 flow_err_t flow_train_ckpt_layout(const flow_plan_t *plan, int64_t rank,
+				  flow_train_ckpt_contents_t contents,
 				  flow_train_ckpt_layout_t *layout_out,
 				  flow_diag_t *diag)
 {
@@ -405,6 +406,8 @@ flow_err_t flow_train_ckpt_layout(const flow_plan_t *plan, int64_t rank,
 		ckpt_part_layout(&geo, zp, false, &part);
 		err = layout_add(&layout, &cap, &part, "", name, &zp->shape,
 				 diag);
+		if (contents == FLOW_TRAIN_CKPT_WEIGHTS)
+			continue;
 		ckpt_part_layout(&geo, zp, true, &part);
 		if (err == FLOW_OK)
 			err = layout_add(&layout, &cap, &part, ADAMW_M_PREFIX,
@@ -476,6 +479,42 @@ static flow_err_t read_part(flow_trainer_t *t, const flow_ckpt_t *ck,
 					(size_t)flow_box_numel(part->box) *
 						sizeof(float),
 					diag);
+	return err;
+}
+
+/* This rank's parts of the parameters (and, for a training checkpoint,
+ * of their AdamW moments) from ck: any layout it was written in will do. */
+static flow_err_t read_parts(flow_trainer_t *t, const flow_ckpt_t *ck,
+			     const char *path,
+			     flow_train_ckpt_contents_t contents,
+			     flow_diag_t *diag)
+{
+	const flow_zero_t *z = t->zero;
+	char name[FLOW_CKPT_NAME_MAX];
+	flow_err_t err = FLOW_OK;
+	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
+		const flow_zero_param_t *zp = &z->params[i];
+		const char *pname = t->graph.tensors[zp->tensor].name;
+		ckpt_part_t part;
+		ckpt_part(t, zp, false, flow_exec_tensor(t->exec, zp->tensor),
+			  &part);
+		err = read_part(t, ck, path, pname, &zp->shape, &part, diag);
+		if (contents == FLOW_TRAIN_CKPT_WEIGHTS)
+			continue;
+		ckpt_part(t, zp, true, flow_adamw_m(t->opt, zp->tensor), &part);
+		snprintf(name, sizeof name, ADAMW_M_PREFIX "%s", pname);
+		if (err == FLOW_OK)
+			err = read_part(t, ck, path, name, &zp->shape, &part,
+					diag);
+		ckpt_part(t, zp, true, flow_adamw_v(t->opt, zp->tensor), &part);
+		snprintf(name, sizeof name, ADAMW_V_PREFIX "%s", pname);
+		if (err == FLOW_OK)
+			err = read_part(t, ck, path, name, &zp->shape, &part,
+					diag);
+	}
+	/* Of split parameters only the shards were read. */
+	if (err == FLOW_OK)
+		flow_zero_params_changed(t->zero);
 	return err;
 }
 
@@ -576,31 +615,7 @@ flow_err_t trainer_resume(flow_trainer_t *t, flow_diag_t *diag)
 	    (err = check_loader_position(t, ck, path, &ls, diag)))
 		goto out_close;
 
-	/* This rank's parts: any layout the checkpoint was written in will
-	 * do. */
-	const flow_zero_t *z = t->zero;
-	char name[FLOW_CKPT_NAME_MAX];
-	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
-		const flow_zero_param_t *zp = &z->params[i];
-		const char *pname = t->graph.tensors[zp->tensor].name;
-		ckpt_part_t part;
-		ckpt_part(t, zp, false, flow_exec_tensor(t->exec, zp->tensor),
-			  &part);
-		err = read_part(t, ck, path, pname, &zp->shape, &part, diag);
-		ckpt_part(t, zp, true, flow_adamw_m(t->opt, zp->tensor), &part);
-		snprintf(name, sizeof name, ADAMW_M_PREFIX "%s", pname);
-		if (err == FLOW_OK)
-			err = read_part(t, ck, path, name, &zp->shape, &part,
-					diag);
-		ckpt_part(t, zp, true, flow_adamw_v(t->opt, zp->tensor), &part);
-		snprintf(name, sizeof name, ADAMW_V_PREFIX "%s", pname);
-		if (err == FLOW_OK)
-			err = read_part(t, ck, path, name, &zp->shape, &part,
-					diag);
-	}
-	/* Of split parameters only the shards were read. */
-	if (err == FLOW_OK)
-		flow_zero_params_changed(t->zero);
+	err = read_parts(t, ck, path, FLOW_TRAIN_CKPT_TRAINING, diag);
 	if (err == FLOW_OK)
 		err = flow_loader_seek(t->train, &ls, diag);
 	if (err == FLOW_OK) {
@@ -613,5 +628,38 @@ out_close:
 	flow_ckpt_free(ck);
 out_free_path:
 	free(path);
+	return err;
+}
+
+flow_err_t trainer_init_from(flow_trainer_t *t, flow_diag_t *diag)
+{
+	const char *path = t->cfg.init;
+	flow_ckpt_t *ck = NULL;
+	flow_err_t err = flow_ckpt_open(path, &ck, diag);
+	if (err != FLOW_OK)
+		return err;
+	/* Either contents will do: only the parameters are read. */
+	const char *contents = flow_ckpt_get(ck, "contents");
+	const char *model = flow_ckpt_get(ck, "model");
+	if (!contents || (strcmp(contents, "training") != 0 &&
+			  strcmp(contents, "weights") != 0))
+		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
+				    "%s: holds no model weights (contents "
+				    "'%s')",
+				    path, contents ? contents : "missing");
+	else if (!model || strcmp(model, t->spec) != 0)
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "%s: model is '%s' in the checkpoint but "
+				    "'%s' in this run",
+				    path, model ? model : "(missing)", t->spec);
+	else
+		err = read_parts(t, ck, path, FLOW_TRAIN_CKPT_WEIGHTS, diag);
+	if (err == FLOW_OK) {
+		t->init_path = strdup(path);
+		if (!t->init_path)
+			err = flow_diag_set(diag, FLOW_ERR_NOMEM,
+					    "out of memory");
+	}
+	flow_ckpt_free(ck);
 	return err;
 }

@@ -52,6 +52,7 @@ struct flow_trainer {
 	uint64_t step;                  /* last completed step */
 	uint64_t resumed_from;          /* 0 when started fresh */
 	char *resumed_path;
+	char *init_path;                /* cfg.init, when it was read */
 	bool eval_pending;              /* evaluate before the next step */
 	bool finished;
 	double flops_per_step;          /* model FLOPs (flow/model.h) */
@@ -106,6 +107,12 @@ flow_err_t trainer_checkpoint(flow_trainer_t *t,
  * FLOW_ERR_FORMAT for a checkpoint that is not a training one or lacks a
  * tensor; the checkpoint's own errors otherwise. */
 flow_err_t trainer_resume(flow_trainer_t *t, flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+
+/* Start from the parameters of cfg.init (a training checkpoint or weights
+ * alone, in any layout), whose state "model" must equal this run's
+ * (FLOW_ERR_USAGE); the step stays 0 and AdamW's moments zero. */
+flow_err_t trainer_init_from(flow_trainer_t *t, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
 
 #endif

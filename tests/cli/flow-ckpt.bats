@@ -313,7 +313,7 @@ setup() {
 @test "flow-ckpt reshard refuses a dump of gradients" {
 	flow-train "${TRAIN[@]}" --steps 1 --data "$DATA" --dump-grads grads >/dev/null
 	run -1 --separate-stderr flow-ckpt reshard grads --plan "$F/tp.plan" -o out
-	[ "$stderr" = "flow-ckpt: grads: not a training checkpoint (contents 'gradients')" ]
+	[ "$stderr" = "flow-ckpt: grads: neither a training checkpoint nor weights (contents 'gradients')" ]
 	assert_no_artefact out
 }
 

@@ -416,7 +416,8 @@ static size_t check_layout(const char *model, const char *mesh,
 	assert_non_null(l);
 	uint32_t nwriters = 0, writers = 0;
 	for (int64_t r = 0; r < world; r++) {
-		if (flow_train_ckpt_layout(p, r, &l[r], &diag) != FLOW_OK)
+		if (flow_train_ckpt_layout(p, r, FLOW_TRAIN_CKPT_TRAINING, &l[r],
+					   &diag) != FLOW_OK)
 			fail_msg("%s", flow_diag_message(&diag));
 		nwriters = l[r].nwriters;
 		if (l[r].writes)
@@ -505,7 +506,8 @@ static void test_train_ckpt_layout_refuses_a_rank_off_the_mesh(void **state)
 	if (flow_plan_standard(MODEL, "2", "dp", 4, 16, 1, 0, &p, &diag))
 		fail_msg("%s", flow_diag_message(&diag));
 	flow_train_ckpt_layout_t l = { 0 };
-	assert_int_equal(flow_train_ckpt_layout(p, 5, &l, &diag),
+	assert_int_equal(flow_train_ckpt_layout(p, 5, FLOW_TRAIN_CKPT_TRAINING, &l,
+						&diag),
 			 FLOW_ERR_USAGE);
 	assert_non_null(strstr(flow_diag_message(&diag), "rank 5"));
 	assert_null(l.parts);
