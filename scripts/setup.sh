@@ -13,7 +13,7 @@ packages=(
 	libzstd-dev libxxhash-dev libopenblas-dev
 	# Jansson: the JSON headers of safetensors files (flow/safetensors.h).
 	libjansson-dev
-	libcmocka-dev bats python3 python3-torch zstd clang valgrind
+	libcmocka-dev bats python3 python3-torch python3-venv zstd clang valgrind
 	# PMIx for the launchers; Slurm, munge and OpenMPI for the multi-rank
 	# tests (tests/cluster) and the OpenMPI comparison (bench/).
 	libpmix-dev slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev

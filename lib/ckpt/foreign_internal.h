@@ -40,6 +40,9 @@ flow_err_t gpt2_ckpt_read_f32(const flow_ckpt_t *ckpt, const gpt2_param_t *p,
  * enough: the GPT config limits bound them). */
 size_t gpt2_numel(const flow_shape_t *s);
 
+/* dst [cols, rows] = the transpose of src [rows, cols]. */
+void gpt2_transpose(const float *src, size_t rows, size_t cols, float *dst);
+
 /* Convert n f32 values to dtype (F32, BF16, F16) into dst. */
 void gpt2_from_f32(const float *src, size_t n, flow_dtype_t dtype, void *dst);
 /* Convert n values of dtype (F32, BF16, F16) to f32. */
