@@ -37,16 +37,6 @@
 #define DIFF_CHUNK_ELEMENTS ((int64_t)1 << 24)
 #define DIFF_SCRATCH_BYTES ((size_t)4 << 20)
 
-/* The bytes of one row (first dimension) of a tensor: no shard of it has
- * a longer row, so a read buffer of this size always suffices. */
-static size_t row_bytes(const flow_ckpt_tensor_desc_t *d)
-{
-	int64_t n = 1;
-	for (int k = 1; k < d->shape.ndim; k++)
-		n *= d->shape.dims[k];
-	return (size_t)n * flow_dtype_size(d->dtype);
-}
-
 static const char help_text[] =
 	"Usage: flow-ckpt info CKPT [--json]\n"
 	"       flow-ckpt verify CKPT [--quick] [--json]\n"
@@ -98,6 +88,8 @@ static const char help_text[] =
 	"                         files of at most SIZE bytes each, K/M/G\n"
 	"                         suffixes, with model.safetensors.index.json\n"
 	"                         [one file]\n"
+	"      --threads N        (reshard, import) target ranks written at once\n"
+	"                         [the cores, as far as --max-memory allows]\n"
 	"      --max-memory SIZE  (reshard, import) the most bytes of tensor data held at\n"
 	"                         once, with K/M/G suffixes [2x the largest shard\n"
 	"                         written]; a shard that does not fit is refused\n"
@@ -119,6 +111,7 @@ enum {
 	OPT_FROM,
 	OPT_DTYPE,
 	OPT_MAX_SHARD_SIZE,
+	OPT_THREADS,
 };
 
 static const struct option long_options[] = {
@@ -131,6 +124,7 @@ static const struct option long_options[] = {
 	{ "from", required_argument, NULL, OPT_FROM },
 	{ "dtype", required_argument, NULL, OPT_DTYPE },
 	{ "max-shard-size", required_argument, NULL, OPT_MAX_SHARD_SIZE },
+	{ "threads", required_argument, NULL, OPT_THREADS },
 	FLOW_COMMON_OPTIONS,
 	{ NULL, 0, NULL, 0 },
 };
@@ -155,7 +149,7 @@ typedef struct ckpt_opts {
 	const char *args[2];
 	bool quick;
 	const char *quick_opt, *tol_opt, *plan_opt, *out_opt, *mem_opt;
-	const char *to_opt, *from_opt, *dtype_opt, *shard_opt;
+	const char *to_opt, *from_opt, *dtype_opt, *shard_opt, *threads_opt;
 	double tol;
 	bool has_tol;
 	const char *plan;
@@ -164,6 +158,7 @@ typedef struct ckpt_opts {
 	format_t format;     /* --to or --from */
 	flow_dtype_t dtype;  /* F32 unless --dtype */
 	uint64_t max_shard_size; /* 0: one file */
+	int threads;         /* 0: the cores */
 } ckpt_opts_t;
 
 static format_t parse_format(const flow_tool_t *tool, const char *opt,
@@ -235,6 +230,11 @@ static void parse_options(flow_tool_t *tool, ckpt_opts_t *o, int argc,
 			o->dtype_opt = "--dtype";
 			break;
 		}
+		case OPT_THREADS:
+			o->threads = (int)flow_tool_int(tool, "--threads", optarg,
+							1, 64);
+			o->threads_opt = "--threads";
+			break;
 		case OPT_MAX_SHARD_SIZE:
 			o->max_shard_size = flow_tool_size(tool, "--max-shard-size",
 							   optarg);
@@ -291,6 +291,7 @@ static void validate(const flow_tool_t *tool, const ckpt_opts_t *o)
 	if (!to_plan) {
 		refuse_option(tool, o->plan_opt, cmd);
 		refuse_option(tool, o->mem_opt, cmd);
+		refuse_option(tool, o->threads_opt, cmd);
 	}
 	if (o->cmd != CMD_EXPORT) {
 		refuse_option(tool, o->to_opt, cmd);
@@ -565,8 +566,8 @@ static flow_err_t diff_tensor(const flow_ckpt_t *a, size_t ia,
 	if (row->numel == 0)
 		return FLOW_OK;
 	size_t cap = (size_t)((step < rows ? step : rows) * row_numel) * es;
-	size_t scap = row_bytes(d) > DIFF_SCRATCH_BYTES ? row_bytes(d)
-							: DIFF_SCRATCH_BYTES;
+	size_t row_len = flow_ckpt_row_bytes(d);
+	size_t scap = row_len > DIFF_SCRATCH_BYTES ? row_len : DIFF_SCRATCH_BYTES;
 	unsigned char *ba = malloc(cap), *bb = malloc(cap), *sc = malloc(scap);
 	flow_err_t err = FLOW_OK;
 	if (!ba || !bb || !sc) {
@@ -713,243 +714,23 @@ out_free:
 
 /* ---- reshard ------------------------------------------------------------- */
 
-/* Every part of every layout is a tensor of the source with its dtype and
- * shape, and every tensor of the source is written: else the plan is for
- * another model, named by the first tensor that does not match. */
-static flow_err_t match_model(const flow_ckpt_t *ck, const char *ck_path,
-			      const flow_plan_t *plan,
-			      const flow_train_ckpt_layout_t *layouts,
-			      size_t nlayouts, flow_diag_t *diag)
-{
-	size_t nt = flow_ckpt_tensor_count(ck);
-	bool *seen = calloc(nt ? nt : 1, sizeof *seen);
-	if (!seen)
-		return flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
-	flow_err_t err = FLOW_OK;
-	for (size_t r = 0; r < nlayouts && err == FLOW_OK; r++) {
-		for (size_t i = 0; i < layouts[r].nparts; i++) {
-			const flow_ckpt_tensor_desc_t *want =
-				&layouts[r].parts[i].desc;
-			int j = flow_ckpt_tensor_find(ck, want->name);
-			if (j < 0) {
-				err = flow_diag_set(
-					diag, FLOW_ERR_FORMAT,
-					"%s: plan is for another model: "
-					"checkpoint '%s' has no tensor '%s'",
-					plan->path, ck_path, want->name);
-				break;
-			}
-			const flow_ckpt_tensor_desc_t *have =
-				flow_ckpt_tensor_at(ck, (size_t)j);
-			if (have->dtype != want->dtype ||
-			    !flow_shape_equal(&have->shape, &want->shape)) {
-				char hs[192], ws[192];
-				flow_shape_format(&have->shape, hs, sizeof hs);
-				flow_shape_format(&want->shape, ws, sizeof ws);
-				err = flow_diag_set(
-					diag, FLOW_ERR_FORMAT,
-					"%s: plan is for another model: tensor "
-					"'%s' is %s %s in the plan but %s %s in "
-					"'%s'",
-					plan->path, want->name,
-					flow_dtype_name(want->dtype), ws,
-					flow_dtype_name(have->dtype), hs,
-					ck_path);
-				break;
-			}
-			seen[j] = true;
-		}
-	}
-	for (size_t j = 0; j < nt && err == FLOW_OK; j++)
-		if (!seen[j])
-			err = flow_diag_set(diag, FLOW_ERR_FORMAT,
-					    "%s: plan is for another model: it "
-					    "has no tensor '%s' of '%s'",
-					    plan->path,
-					    flow_ckpt_tensor_at(ck, j)->name,
-					    ck_path);
-	/* What the shapes do not show (the heads) is in the spec. */
-	const char *model = flow_ckpt_get(ck, "model");
-	char spec[FLOW_GPT_SPEC_MAX];
-	flow_gpt_format(&plan->cfg, spec, sizeof spec);
-	if (err == FLOW_OK && (!model || strcmp(model, spec) != 0))
-		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
-				    "%s: plan is for another model: '%s', "
-				    "but '%s' holds '%s'",
-				    plan->path, spec, ck_path,
-				    model ? model : "(none)");
-	free(seen);
-	return err;
-}
-
-/* Write the layouts' files into dir, one target rank after another, each
- * part read from the source as the box it needs into buf, streaming the
- * source shards through scratch (scap bytes). */
-static flow_err_t write_ranks(const flow_ckpt_t *ck, const char *dir,
-			      const flow_train_ckpt_layout_t *layouts,
-			      size_t nlayouts, void *buf, void *scratch,
-			      size_t scap, flow_diag_t *diag)
-{
-	flow_err_t err = FLOW_OK;
-	for (size_t r = 0; r < nlayouts && err == FLOW_OK; r++) {
-		const flow_train_ckpt_layout_t *l = &layouts[r];
-		if (!l->writes)
-			continue;
-		flow_ckpt_writer_t *w;
-		err = flow_ckpt_writer_new(dir, l->writer, &w, diag);
-		if (err != FLOW_OK)
-			break;
-		for (size_t i = 0; i < l->nparts && err == FLOW_OK; i++) {
-			const flow_train_ckpt_part_t *p = &l->parts[i];
-			int j = flow_ckpt_tensor_find(ck, p->desc.name);
-			err = flow_ckpt_read_bounded(ck, (size_t)j, &p->box, buf,
-						     scratch, scap, diag);
-			if (err == FLOW_OK)
-				err = flow_ckpt_writer_add(w, &p->desc, &p->box,
-							   buf, diag);
-		}
-		if (err != FLOW_OK) {
-			flow_ckpt_writer_abort(w);
-			break;
-		}
-		err = flow_ckpt_writer_finish(w, diag);
-		flow_log(FLOW_LOG_INFO, "wrote rank %" PRIu32 " (%zu tensors)",
-			 l->writer, l->nparts);
-	}
-	return err;
-}
-
-/* The layout a checkpoint's contents are resharded in: a run's whole
- * state, or weights alone (imported; flow-train --init). */
-static flow_err_t ckpt_contents(const flow_ckpt_t *ck, const char *path,
-				flow_train_ckpt_contents_t *contents_out,
-				flow_diag_t *diag)
-{
-	/* A dump of gradients (flow-train --dump-grads) is neither. */
-	const char *contents = flow_ckpt_get(ck, "contents");
-	if (contents && strcmp(contents, "training") == 0)
-		*contents_out = FLOW_TRAIN_CKPT_TRAINING;
-	else if (contents && strcmp(contents, "weights") == 0)
-		*contents_out = FLOW_TRAIN_CKPT_WEIGHTS;
-	else
-		return flow_diag_set(diag, FLOW_ERR_FORMAT,
-				     "%s: neither a training checkpoint nor "
-				     "weights (contents '%s')",
-				     path, contents ? contents : "missing");
-	return FLOW_OK;
-}
-
-/* Write into out (which must not exist), committed atomically, the
- * checkpoint the ranks of the plan at plan_path write (or, for weights,
- * load), from ck at ck_path in whatever layout, holding at most
- * max_memory bytes of tensor data (0: 2x the largest target shard). */
-static flow_err_t reshard(const flow_ckpt_t *ck, const char *ck_path,
-			  const char *plan_path, const char *out,
-			  uint64_t max_memory, flow_diag_t *diag)
+/* Read and check the plan, then reshard ck onto it
+ * (flow_train_ckpt_reshard). */
+static flow_err_t reshard(const ckpt_opts_t *o, const flow_ckpt_t *ck,
+			  const char *ck_path, flow_diag_t *diag)
 {
 	flow_plan_t *plan = NULL;
-	flow_train_ckpt_layout_t *layouts = NULL;
-	size_t nlayouts = 0;
-	flow_temp_dir_t *tmp = NULL;
-	void *buf = NULL, *scratch = NULL;
-	flow_train_ckpt_contents_t contents;
-	flow_err_t err;
-
-	if ((err = ckpt_contents(ck, ck_path, &contents, diag)) != FLOW_OK ||
-	    (err = flow_plan_read(plan_path, &plan, diag)) != FLOW_OK)
-		goto out_free;
-	int64_t world = flow_mesh_top_rank(&plan->mesh) + 1;
-	if ((err = flow_plan_check(plan, world, NULL, NULL, diag)) != FLOW_OK)
-		goto out_free;
-	layouts = calloc((size_t)world, sizeof *layouts);
-	if (!layouts) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM, "out of memory");
-		goto out_free;
-	}
-	for (; nlayouts < (size_t)world; nlayouts++)
-		if ((err = flow_train_ckpt_layout(plan, (int64_t)nlayouts,
-						  contents, &layouts[nlayouts],
-						  diag)) != FLOW_OK)
-			goto out_free;
-	if ((err = match_model(ck, ck_path, plan, layouts, nlayouts, diag)) !=
-	    FLOW_OK)
-		goto out_free;
-
-	/* The working set: the target shard being written (up to the
-	 * largest), and what is left of the budget to stream the source
-	 * shards through, which must hold a row of each tensor read. */
-	size_t largest = 0;
-	const char *largest_name = "";
-	for (size_t r = 0; r < nlayouts; r++)
-		for (size_t i = 0; i < layouts[r].nparts; i++) {
-			const flow_train_ckpt_part_t *p = &layouts[r].parts[i];
-			size_t bytes = (size_t)flow_box_numel(&p->box) *
-				       flow_dtype_size(p->desc.dtype);
-			if (bytes > largest) {
-				largest = bytes;
-				largest_name = p->desc.name;
-			}
-		}
-	uint64_t budget = max_memory ? max_memory : 2 * (uint64_t)largest;
-	if (largest > budget) {
-		err = flow_diag_set(diag, FLOW_ERR_USAGE,
-				    "a shard of '%s' needs %zu bytes, more "
-				    "than --max-memory %" PRIu64,
-				    largest_name, largest, budget);
-		goto out_free;
-	}
-	size_t scap = (size_t)(budget - largest);
-	for (size_t j = 0; j < flow_ckpt_tensor_count(ck); j++) {
-		const flow_ckpt_tensor_desc_t *d = flow_ckpt_tensor_at(ck, j);
-		if (row_bytes(d) > scap) {
-			err = flow_diag_set(diag, FLOW_ERR_USAGE,
-					    "reading '%s' needs %zu bytes "
-					    "besides the %zu-byte largest "
-					    "shard, more than --max-memory "
-					    "%" PRIu64,
-					    d->name, row_bytes(d), largest,
-					    budget);
-			goto out_free;
-		}
-	}
-	/* The source is read in slabs of the whole buffer: a larger one
-	 * than a few MiB saves no reads. */
-	if (scap > ((size_t)64 << 20))
-		scap = (size_t)64 << 20;
-	buf = malloc(largest ? largest : 1);
-	scratch = malloc(scap ? scap : 1);
-	if (!buf || !scratch) {
-		err = flow_diag_set(diag, FLOW_ERR_NOMEM,
-				    "out of memory for a %zu-byte shard",
-				    largest);
-		goto out_free;
-	}
-
-	if ((err = flow_temp_dir_create(out, &tmp, diag)) != FLOW_OK)
-		goto out_free;
-	const char *dir = flow_temp_dir_path(tmp);
-	const flow_ckpt_kv_t *kv;
-	size_t nkv = flow_ckpt_state(ck, &kv);
-	if ((err = write_ranks(ck, dir, layouts, nlayouts, buf, scratch, scap,
-			       diag)) != FLOW_OK ||
-	    (err = flow_ckpt_commit(dir, flow_ckpt_step(ck),
-				    layouts[0].nwriters, kv, nkv, diag)) !=
-		    FLOW_OK)
-		goto out_free;
-	flow_temp_dir_t *t = tmp;
-	tmp = NULL;
-	if ((err = flow_temp_dir_commit(t, diag)) != FLOW_OK)
-		goto out_free;
-	flow_log(FLOW_LOG_INFO, "wrote '%s': step %" PRIu64 " for %" PRId64
-		 " ranks of '%s'", out, flow_ckpt_step(ck), world, plan_path);
-
-out_free:
-	flow_temp_dir_abort(tmp);
-	free(scratch);
-	free(buf);
-	for (size_t r = 0; r < nlayouts; r++)
-		flow_train_ckpt_layout_release(&layouts[r]);
-	free(layouts);
+	flow_err_t err = flow_plan_read(o->plan, &plan, diag);
+	if (err == FLOW_OK)
+		err = flow_plan_check(plan, flow_mesh_top_rank(&plan->mesh) + 1,
+				      NULL, NULL, diag);
+	flow_train_reshard_options_t opt = {
+		.max_memory = o->max_memory,
+		.threads = o->threads,
+	};
+	if (err == FLOW_OK)
+		err = flow_train_ckpt_reshard(ck, ck_path, plan, o->out, &opt,
+					      diag);
 	flow_plan_free(plan);
 	return err;
 }
@@ -977,8 +758,7 @@ static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
 	/* Bad data, a plan for another model or a shard too large for the
 	 * budget: all run-time failures here. */
 	int status = 0;
-	if (reshard(ck, o->args[0], o->plan, o->out, o->max_memory, &diag) !=
-	    FLOW_OK) {
+	if (reshard(o, ck, o->args[0], &diag) != FLOW_OK) {
 		flow_tool_error(tool, "%s", flow_diag_message(&diag));
 		status = 1;
 	}
@@ -996,8 +776,15 @@ static int run_export(const flow_tool_t *tool, const ckpt_opts_t *o)
 	if (!ck)
 		return 1;
 	flow_diag_t diag = FLOW_DIAG_INIT;
-	flow_train_ckpt_contents_t contents;
-	flow_err_t err = ckpt_contents(ck, o->args[0], &contents, &diag);
+	/* A dump of gradients (flow-train --dump-grads) holds no weights. */
+	const char *contents = flow_ckpt_get(ck, "contents");
+	flow_err_t err = FLOW_OK;
+	if (!contents || (strcmp(contents, "training") != 0 &&
+			  strcmp(contents, "weights") != 0))
+		err = flow_diag_set(&diag, FLOW_ERR_FORMAT,
+				    "%s: neither a training checkpoint nor "
+				    "weights (contents '%s')",
+				    o->args[0], contents ? contents : "missing");
 	if (err == FLOW_OK && o->format == FORMAT_LLMC) {
 		err = flow_llmc_model_export(ck, o->out, o->dtype, &diag);
 	} else if (err == FLOW_OK) {
@@ -1045,8 +832,7 @@ static int run_import(const flow_tool_t *tool, const ckpt_opts_t *o)
 	if (err == FLOW_OK)
 		err = flow_ckpt_open(flow_temp_dir_path(tmp), &ck, &diag);
 	if (err == FLOW_OK)
-		err = reshard(ck, o->args[0], o->plan, o->out, o->max_memory,
-			      &diag);
+		err = reshard(o, ck, o->args[0], &diag);
 	if (err != FLOW_OK)
 		flow_tool_error(tool, "%s", flow_diag_message(&diag));
 	flow_ckpt_free(ck);

@@ -145,6 +145,14 @@ static bool box_parse(const char *text, flow_box_t *box_out)
 
 /* ---- descriptions -------------------------------------------------------------- */
 
+size_t flow_ckpt_row_bytes(const flow_ckpt_tensor_desc_t *desc)
+{
+	int64_t n = 1;
+	for (int k = 1; k < desc->shape.ndim; k++)
+		n *= desc->shape.dims[k];
+	return (size_t)n * flow_dtype_size(desc->dtype);
+}
+
 bool ckpt_desc_bytes(const flow_ckpt_tensor_desc_t *desc, size_t *out)
 {
 	size_t n = flow_dtype_size(desc->dtype);

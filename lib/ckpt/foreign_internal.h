@@ -31,10 +31,29 @@ flow_err_t gpt2_params(const flow_gpt_config_t *cfg,
 flow_err_t gpt2_ckpt_config(const flow_ckpt_t *ckpt, flow_gpt_config_t *cfg,
 			    flow_diag_t *diag);
 
-/* Read rows [0, rows) of the parameter p of ckpt (a float tensor of
- * exactly p->shape) into dst as f32. */
-flow_err_t gpt2_ckpt_read_f32(const flow_ckpt_t *ckpt, const gpt2_param_t *p,
-			      int64_t rows, float *dst, flow_diag_t *diag);
+/* What an export reads the parameters of a checkpoint through, one at a
+ * time: vals (and, when asked for, spare, for a transpose or conversion)
+ * sized once for the largest of them, and a read buffer the shards stream
+ * through (flow_ckpt_read_bounded), so no tensor costs an allocation or a
+ * copy of a whole shard. */
+typedef struct gpt2_reader {
+	const flow_ckpt_t *ckpt;
+	float *vals, *spare;
+	void *scratch;
+	size_t scap;
+} gpt2_reader_t;
+
+/* Buffers for the parameters [0, n) of ckpt; release with
+ * gpt2_reader_release() (also after an error).  FLOW_ERR_NOMEM only. */
+flow_err_t gpt2_reader_init(gpt2_reader_t *r, const flow_ckpt_t *ckpt,
+			    const gpt2_param_t *params, size_t n, bool spare,
+			    flow_diag_t *diag);
+void gpt2_reader_release(gpt2_reader_t *r);
+
+/* Read rows [0, rows) of the parameter p (a float tensor of exactly
+ * p->shape in the checkpoint) into r->vals as f32. */
+flow_err_t gpt2_reader_read(gpt2_reader_t *r, const gpt2_param_t *p,
+			    int64_t rows, flow_diag_t *diag);
 
 /* Elements of a shape (checked by the callers' shapes being small
  * enough: the GPT config limits bound them). */

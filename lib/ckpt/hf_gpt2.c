@@ -162,9 +162,49 @@ static bool is_float(flow_dtype_t d)
 	       d == FLOW_DTYPE_F16;
 }
 
-flow_err_t gpt2_ckpt_read_f32(const flow_ckpt_t *ckpt, const gpt2_param_t *p,
-			      int64_t rows, float *dst, flow_diag_t *diag)
+/* The read buffer of an export: a few MiB of slabs, or one row. */
+#define GPT2_READ_BUFFER ((size_t)4 << 20)
+
+flow_err_t gpt2_reader_init(gpt2_reader_t *r, const flow_ckpt_t *ckpt,
+			    const gpt2_param_t *params, size_t n, bool spare,
+			    flow_diag_t *diag)
 {
+	memset(r, 0, sizeof *r);
+	r->ckpt = ckpt;
+	size_t largest = 1, row = 1;
+	for (size_t i = 0; i < n; i++) {
+		size_t k = gpt2_numel(&params[i].shape);
+		if (k > largest)
+			largest = k;
+		if (k / (size_t)params[i].shape.dims[0] > row)
+			row = k / (size_t)params[i].shape.dims[0];
+	}
+	/* Rows of the widest stored dtype: f32. */
+	r->scap = row * sizeof(float) > GPT2_READ_BUFFER ? row * sizeof(float)
+							 : GPT2_READ_BUFFER;
+	r->vals = malloc(largest * sizeof(float));
+	r->spare = spare ? malloc(largest * sizeof(float)) : NULL;
+	r->scratch = malloc(r->scap);
+	if (!r->vals || (spare && !r->spare) || !r->scratch)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "out of memory for tensors of %zu "
+				     "elements",
+				     largest);
+	return FLOW_OK;
+}
+
+void gpt2_reader_release(gpt2_reader_t *r)
+{
+	free(r->vals);
+	free(r->spare);
+	free(r->scratch);
+	memset(r, 0, sizeof *r);
+}
+
+flow_err_t gpt2_reader_read(gpt2_reader_t *r, const gpt2_param_t *p,
+			    int64_t rows, flow_diag_t *diag)
+{
+	const flow_ckpt_t *ckpt = r->ckpt;
 	int i = flow_ckpt_tensor_find(ckpt, p->flow);
 	if (i < 0)
 		return flow_diag_set(diag, FLOW_ERR_FORMAT,
@@ -187,13 +227,14 @@ flow_err_t gpt2_ckpt_read_f32(const flow_ckpt_t *ckpt, const gpt2_param_t *p,
 	for (int k = 0; k < box.ndim; k++)
 		box.extent[k] = p->shape.dims[k];
 	box.extent[0] = rows;
-	/* a bf16/f16 tensor is read into the front of dst and widened */
-	flow_err_t err = flow_ckpt_read(ckpt, (size_t)i, &box, dst, diag);
+	/* a bf16/f16 tensor is read into the front of vals and widened */
+	flow_err_t err = flow_ckpt_read_bounded(ckpt, (size_t)i, &box, r->vals,
+						r->scratch, r->scap, diag);
 	if (err != FLOW_OK)
 		return err;
 	size_t n = gpt2_numel(&p->shape) / (size_t)p->shape.dims[0] *
 		   (size_t)rows;
-	gpt2_to_f32(dst, n, d->dtype, dst);
+	gpt2_to_f32(r->vals, n, d->dtype, r->vals);
 	return FLOW_OK;
 }
 
@@ -297,12 +338,13 @@ static flow_err_t hf_write_config(const char *path,
 	return json_write(path, doc, diag);
 }
 
-/* Write the tensors [first, last) of params into the file path. */
-static flow_err_t hf_write_shard(const flow_ckpt_t *ckpt, const char *path,
+/* Write the tensors [first, last) of params into the file path, read
+ * through r. */
+static flow_err_t hf_write_shard(gpt2_reader_t *r, const char *path,
 				 const gpt2_param_t *params,
 				 const flow_st_tensor_t *st, size_t first,
-				 size_t last, const flow_gpt_config_t *cfg,
-				 flow_dtype_t dt, flow_diag_t *diag)
+				 size_t last, flow_dtype_t dt,
+				 flow_diag_t *diag)
 {
 	static const flow_ckpt_kv_t meta[] = { { "format", "pt" } };
 	flow_st_writer_t *w = NULL;
@@ -314,25 +356,16 @@ static flow_err_t hf_write_shard(const flow_ckpt_t *ckpt, const char *path,
 		const gpt2_param_t *p = &params[i];
 		int64_t rows = st[i].shape.dims[p->transpose ? 1 : 0];
 		size_t n = gpt2_numel(&st[i].shape);
-		float *a = malloc(n * sizeof(float) + 1), *b = NULL;
-		if (a && (p->transpose || dt != FLOW_DTYPE_F32))
-			b = malloc(n * sizeof(float) + 1);
-		if (!a || (!b && (p->transpose || dt != FLOW_DTYPE_F32))) {
-			err = flow_diag_set(diag, FLOW_ERR_NOMEM,
-					    "out of memory exporting tensor "
-					    "'%s'", p->flow);
-			goto next;
-		}
-		err = gpt2_ckpt_read_f32(ckpt, p, rows, a, diag);
+		err = gpt2_reader_read(r, p, rows, diag);
 		if (err != FLOW_OK)
-			goto next;
-		float *vals = a, *spare = b;
+			break;
+		float *vals = r->vals, *spare = r->spare;
 		if (p->transpose) {
 			/* flow Linear [out, in] -> HF Conv1D [in, out] */
-			gpt2_transpose(a, (size_t)p->shape.dims[0],
-				       (size_t)p->shape.dims[1], b);
-			vals = b;
-			spare = a;
+			gpt2_transpose(vals, (size_t)p->shape.dims[0],
+				       (size_t)p->shape.dims[1], spare);
+			vals = r->spare;
+			spare = r->vals;
 		}
 		const void *data = vals;
 		if (dt != FLOW_DTYPE_F32) {
@@ -340,9 +373,6 @@ static flow_err_t hf_write_shard(const flow_ckpt_t *ckpt, const char *path,
 			data = spare;
 		}
 		err = flow_st_writer_put(w, data, diag);
-	next:
-		free(b);
-		free(a);
 	}
 	if (err != FLOW_OK) {
 		flow_st_writer_abort(w);
@@ -376,6 +406,7 @@ flow_err_t flow_hf_gpt2_export(const flow_ckpt_t *ckpt, const char *out_dir,
 	size_t *shard_of = calloc(n + 1, sizeof *shard_of);
 	flow_temp_dir_t *dir = NULL;
 	json_t *map = NULL;
+	gpt2_reader_t reader = { 0 };
 	if (!st || !names || !shard_of) {
 		err = flow_diag_set(diag, FLOW_ERR_NOMEM,
 				    "%s: out of memory", out_dir);
@@ -411,7 +442,9 @@ flow_err_t flow_hf_gpt2_export(const flow_ckpt_t *ckpt, const char *out_dir,
 		in_shard += size;
 		total += size;
 	}
-	err = flow_temp_dir_create(out_dir, &dir, diag);
+	err = gpt2_reader_init(&reader, ckpt, params, n, true, diag);
+	if (err == FLOW_OK)
+		err = flow_temp_dir_create(out_dir, &dir, diag);
 	if (err != FLOW_OK)
 		goto out_free;
 	const char *tmp = flow_temp_dir_path(dir);
@@ -438,7 +471,7 @@ flow_err_t flow_hf_gpt2_export(const flow_ckpt_t *ckpt, const char *out_dir,
 				 "model-%05zu-of-%05zu.safetensors", s + 1,
 				 nshards);
 		snprintf(path, sizeof path, "%s/%s", tmp, file);
-		err = hf_write_shard(ckpt, path, params, st, first, last, &cfg,
+		err = hf_write_shard(&reader, path, params, st, first, last,
 				     o.dtype, diag);
 		if (err != FLOW_OK)
 			goto out_abort;
@@ -472,6 +505,7 @@ flow_err_t flow_hf_gpt2_export(const flow_ckpt_t *ckpt, const char *out_dir,
 out_abort:
 	flow_temp_dir_abort(dir);
 out_free:
+	gpt2_reader_release(&reader);
 	json_decref(map);
 	free(shard_of);
 	free(names);

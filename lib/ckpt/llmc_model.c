@@ -50,7 +50,10 @@ flow_err_t flow_llmc_model_export(const flow_ckpt_t *ckpt, const char *path,
 	if (err != FLOW_OK)
 		return err;
 	flow_atomic_file_t *f = NULL;
-	err = flow_atomic_file_open(path, &f, diag);
+	gpt2_reader_t r;
+	err = gpt2_reader_init(&r, ckpt, params, n, false, diag);
+	if (err == FLOW_OK)
+		err = flow_atomic_file_open(path, &f, diag);
 	if (err != FLOW_OK)
 		goto out_free;
 	int32_t hdr[LLMC_HEADER_INTS] = { 0 };
@@ -71,21 +74,13 @@ flow_err_t flow_llmc_model_export(const flow_ckpt_t *ckpt, const char *path,
 			const gpt2_param_t *p =
 				&params[llmc_index(j, l, cfg.layers)];
 			size_t k = gpt2_numel(&p->shape);
-			float *v = malloc(k * sizeof(float) + 1);
-			if (!v) {
-				err = flow_diag_set(diag, FLOW_ERR_NOMEM,
-						    "out of memory exporting "
-						    "'%s'", p->flow);
-				break;
-			}
-			err = gpt2_ckpt_read_f32(ckpt, p, p->shape.dims[0], v,
-						 diag);
+			err = gpt2_reader_read(&r, p, p->shape.dims[0], diag);
 			if (err == FLOW_OK) {
-				gpt2_from_f32(v, k, dtype, v);
+				gpt2_from_f32(r.vals, k, dtype, r.vals);
 				err = flow_atomic_file_write(
-					f, v, k * flow_dtype_size(dtype), diag);
+					f, r.vals, k * flow_dtype_size(dtype),
+					diag);
 			}
-			free(v);
 		}
 	}
 	if (err != FLOW_OK) {
@@ -94,6 +89,7 @@ flow_err_t flow_llmc_model_export(const flow_ckpt_t *ckpt, const char *path,
 	}
 	err = flow_atomic_file_commit(f, diag);
 out_free:
+	gpt2_reader_release(&r);
 	free(params);
 	return err;
 }

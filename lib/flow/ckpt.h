@@ -130,6 +130,10 @@ FLOW_EXPORT size_t flow_ckpt_tensor_shards(const flow_ckpt_t *ckpt,
 /* The ranks that wrote the checkpoint: one more than the highest rank
  * holding a shard (0 for a checkpoint without tensors). */
 FLOW_EXPORT size_t flow_ckpt_ranks(const flow_ckpt_t *ckpt);
+/* The bytes of one row (first dimension) of the tensor desc describes
+ * (its element size for a 0-d or 1-d one): no shard of it has a longer
+ * row, so a read buffer of this size always suffices. */
+FLOW_EXPORT size_t flow_ckpt_row_bytes(const flow_ckpt_tensor_desc_t *desc);
 /* Index of the tensor named name, or -1. */
 FLOW_EXPORT int flow_ckpt_tensor_find(const flow_ckpt_t *ckpt,
 				      const char *name);
@@ -144,9 +148,11 @@ FLOW_EXPORT flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
  * intersects box is read through the caller's scratch buffer
  * (scratch_bytes), a slab of whole rows of its first dimension at a time,
  * its checksum computed as it streams (dst may hold part of a shard whose
- * checksum then fails).  FLOW_ERR_USAGE naming the tensor and shard when
- * one row of a shard is larger than scratch_bytes; else as
- * flow_ckpt_read. */
+ * checksum then fails).  A shard whose checksum such a read of this ckpt
+ * has verified is trusted from then on: later reads take only the rows of
+ * it they need, unhashed (ckpt may be read from several threads).
+ * FLOW_ERR_USAGE naming the tensor and shard when one row of a shard is
+ * larger than scratch_bytes; else as flow_ckpt_read. */
 FLOW_EXPORT flow_err_t flow_ckpt_read_bounded(const flow_ckpt_t *ckpt,
 					      size_t index,
 					      const flow_box_t *box, void *dst,

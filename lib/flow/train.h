@@ -232,6 +232,35 @@ FLOW_EXPORT flow_err_t flow_train_ckpt_layout(
 FLOW_EXPORT void flow_train_ckpt_layout_release(
 	flow_train_ckpt_layout_t *layout);
 
+/* How flow_train_ckpt_reshard works. */
+typedef struct flow_train_reshard_options {
+	/* The most bytes of tensor data held at once: the target shards
+	 * being written and the read buffers [0: twice the largest target
+	 * shard]. */
+	uint64_t max_memory;
+	/* Target ranks written at once [0: the online cores, at most 8, as
+	 * far as the budget leaves each a read buffer of 1 MiB]. */
+	int threads;
+} flow_train_reshard_options_t;
+
+/* Write into the new step directory out (FLOW_ERR_IO when it exists),
+ * committed atomically like a run's checkpoint, the checkpoint that the
+ * ranks of plan (valid: flow_plan_check) write, from ck (read at ck_path,
+ * which names it in errors) in whatever layout: for a training checkpoint
+ * the parameters, AdamW moments and ck's state (step, data position),
+ * for weights (state "contents" "weights") the parameters alone.  Each
+ * target part is read as a box of the source's shards
+ * (flow_ckpt_read_bounded) within opt->max_memory, the ranks' files on
+ * several threads.  FLOW_ERR_FORMAT naming the first tensor (or the specs)
+ * when plan is for another model or ck holds neither kind; FLOW_ERR_USAGE
+ * when one shard and a row of a tensor do not fit the budget (before
+ * anything is written); the reader's and writer's errors otherwise.  On
+ * any error or a signal nothing is left under out.  opt may be NULL. */
+FLOW_EXPORT flow_err_t flow_train_ckpt_reshard(
+	const flow_ckpt_t *ck, const char *ck_path, const flow_plan_t *plan,
+	const char *out, const flow_train_reshard_options_t *opt,
+	flow_diag_t *diag) FLOW_MUST_CHECK;
+
 #ifdef __cplusplus
 }
 #endif

@@ -222,6 +222,18 @@ setup() {
 	assert_no_temporaries one
 }
 
+@test "flow-ckpt reshard --threads: the same bytes on one thread and on four" {
+	flow-ckpt reshard "$CK" --plan "$F/tp.plan" -o t1 --threads 1
+	flow-ckpt reshard "$CK" --plan "$F/tp.plan" -o t4 --threads 4
+	diff -r t1 t4
+	run -2 --separate-stderr flow-ckpt reshard "$CK" --plan "$F/tp.plan" -o t0 --threads 0
+	assert_usage_error flow-ckpt "--threads"
+	run -2 --separate-stderr flow-ckpt export "$CK" -o e --threads 2
+	assert_usage_error flow-ckpt "--threads does not apply to 'export'"
+	assert_no_artefact t0
+	assert_no_artefact e
+}
+
 @test "flow-ckpt reshard writes what flow-train writes under the plan" {
 	for p in tp z3; do
 		flow-train --nproc 4 --plan "$F/$p.plan" --steps 4 \
@@ -268,10 +280,10 @@ setup() {
 	run -1 --separate-stderr flow-ckpt reshard "$CK" --plan "$F/one.plan" -o out --max-memory 1K
 	[[ "$stderr" == "flow-ckpt: a shard of 'wte' needs 32768 bytes, more than --max-memory 1024" ]]
 	assert_no_artefact out
-	# The shard itself fits, but nothing is left to stream wte's 128-byte
-	# rows through.
+	# The shard itself fits, but nothing is left to stream the longest
+	# rows (512 bytes, of the MLP's output projection) through.
 	run -1 --separate-stderr flow-ckpt reshard "$CK" --plan "$F/one.plan" -o out --max-memory 32K
-	[[ "$stderr" == "flow-ckpt: reading 'wte' needs 128 bytes besides the 32768-byte largest shard, more than --max-memory 32768" ]]
+	[[ "$stderr" == "flow-ckpt: reading 'h.0.mlp.c_proj.weight' needs 512 bytes besides the 32768-byte largest shard, more than --max-memory 32768" ]]
 	assert_no_artefact out
 	run -0 flow-ckpt reshard "$CK" --plan "$F/one.plan" -o out --max-memory 33K
 	run -0 flow-ckpt diff "$CK" out

@@ -19,6 +19,7 @@
 
 #include <flow/ckpt.h>
 #include <flow/comm.h>
+#include <flow/file.h>
 #include <flow/plan.h>
 #include <flow/shard.h>
 #include <flow/train.h>
@@ -514,6 +515,101 @@ static void test_train_ckpt_layout_refuses_a_rank_off_the_mesh(void **state)
 	flow_plan_free(p);
 }
 
+/* ---- resharding ------------------------------------------------------------ */
+
+/* The same bytes of file name in directories a and b. */
+static void assert_same_file(const char *a, const char *b, const char *name)
+{
+	char pa[700], pb[700];
+	snprintf(pa, sizeof pa, "%s/%s", a, name);
+	snprintf(pb, sizeof pb, "%s/%s", b, name);
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	char *da = NULL, *db = NULL;
+	size_t la = 0, lb = 0;
+	if (flow_file_read_all(pa, &da, &la, &diag) != FLOW_OK ||
+	    flow_file_read_all(pb, &db, &lb, &diag) != FLOW_OK)
+		fail_msg("%s", flow_diag_message(&diag));
+	assert_int_equal(la, lb);
+	assert_memory_equal(da, db, la);
+	free(da);
+	free(db);
+}
+
+/* A training checkpoint resharded onto 2x2 (dp,tp) is the same bytes
+ * whether one thread or four write the ranks' files, and resharded back
+ * onto one rank it holds every tensor of the source bit for bit; a budget
+ * too small for one shard is refused before anything is written. */
+static void test_train_ckpt_reshard_on_threads_writes_the_same_bytes(void **state)
+{
+	(void)state;
+	char ck[512], out[4][600];
+	char *step2 = two_steps_into("reshard", ck, sizeof ck);
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_ckpt_t *src = NULL, *back = NULL;
+	flow_plan_t *tp = NULL, *one = NULL;
+	if (flow_ckpt_open(step2, &src, &diag) != FLOW_OK ||
+	    flow_plan_standard(MODEL, "2x2", "dp,tp", 4, 16, 1, 0, &tp, &diag) ||
+	    flow_plan_standard(MODEL, "1", "dp", 4, 16, 1, 0, &one, &diag))
+		fail_msg("%s", flow_diag_message(&diag));
+	const int threads[] = { 1, 4 };
+	for (int i = 0; i < 2; i++) {
+		snprintf(out[i], sizeof out[i], "%s/reshard-t%d", tmpdir,
+			 threads[i]);
+		flow_train_reshard_options_t opt = { .threads = threads[i] };
+		if (flow_train_ckpt_reshard(src, step2, tp, out[i], &opt,
+					    &diag) != FLOW_OK)
+			fail_msg("%s", flow_diag_message(&diag));
+	}
+	assert_same_file(out[0], out[1], "manifest");
+	for (int r = 0; r < 4; r++) {
+		char name[32];
+		snprintf(name, sizeof name, "rank-%05d.bin", r);
+		assert_same_file(out[0], out[1], name);
+		snprintf(name, sizeof name, "rank-%05d.idx", r);
+		assert_same_file(out[0], out[1], name);
+	}
+
+	flow_ckpt_t *mid = NULL;
+	snprintf(out[2], sizeof out[2], "%s/reshard-back", tmpdir);
+	if (flow_ckpt_open(out[1], &mid, &diag) != FLOW_OK ||
+	    flow_train_ckpt_reshard(mid, out[1], one, out[2], NULL, &diag) ||
+	    flow_ckpt_open(out[2], &back, &diag) != FLOW_OK)
+		fail_msg("%s", flow_diag_message(&diag));
+	assert_int_equal(flow_ckpt_tensor_count(back),
+			 flow_ckpt_tensor_count(src));
+	for (size_t i = 0; i < flow_ckpt_tensor_count(src); i++) {
+		const flow_ckpt_tensor_desc_t *d = flow_ckpt_tensor_at(src, i);
+		int j = flow_ckpt_tensor_find(back, d->name);
+		assert_true(j >= 0);
+		flow_box_t whole;
+		flow_box_whole(&d->shape, &whole);
+		size_t n = (size_t)flow_box_numel(&whole) * flow_dtype_size(d->dtype);
+		void *a = malloc(n + 1), *b = malloc(n + 1);
+		assert_int_equal(flow_ckpt_read(src, i, NULL, a, &diag), FLOW_OK);
+		assert_int_equal(flow_ckpt_read(back, (size_t)j, NULL, b, &diag),
+				 FLOW_OK);
+		assert_memory_equal(a, b, n);
+		free(a);
+		free(b);
+	}
+
+	snprintf(out[3], sizeof out[3], "%s/reshard-small", tmpdir);
+	flow_train_reshard_options_t tiny = { .max_memory = 64 };
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_train_ckpt_reshard(src, step2, tp, out[3], &tiny,
+						 &diag),
+			 FLOW_ERR_USAGE);
+	assert_non_null(strstr(flow_diag_message(&diag), "more than --max-memory 64"));
+	assert_int_equal(testutil_count_entries(out[3]), -1);
+
+	flow_ckpt_free(back);
+	flow_ckpt_free(mid);
+	flow_ckpt_free(src);
+	flow_plan_free(one);
+	flow_plan_free(tp);
+	free(step2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -526,6 +622,7 @@ int main(void)
 		cmocka_unit_test(test_train_resume_checks_the_checkpoints_own_state),
 		cmocka_unit_test(test_train_ckpt_layout_of_standard_plans),
 		cmocka_unit_test(test_train_ckpt_layout_refuses_a_rank_off_the_mesh),
+		cmocka_unit_test(test_train_ckpt_reshard_on_threads_writes_the_same_bytes),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
