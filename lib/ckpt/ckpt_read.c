@@ -262,23 +262,17 @@ static flow_err_t read_at(const data_file_t *f, void *buf, size_t len,
 			  uint64_t offset, const char *tensor,
 			  flow_diag_t *diag)
 {
-	size_t got = 0;
-	while (got < len) {
-		ssize_t n = pread(f->fd, (char *)buf + got, len - got,
-				  (off_t)(offset + got));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return flow_diag_errno(diag, FLOW_ERR_IO, errno,
-					       "%s: cannot read tensor '%s' at offset %" PRIu64,
-					       f->path, tensor, offset + got);
-		if (n == 0)
-			return flow_diag_set(diag, FLOW_ERR_IO,
-					     "%s: short read of tensor '%s': the file ends at byte %" PRIu64 ", the shard at %" PRIu64,
-					     f->path, tensor, offset + got,
-					     offset + len);
-		got += (size_t)n;
-	}
+	size_t got;
+	int e = flow_pread_full(f->fd, buf, len, offset, &got);
+	if (e)
+		return flow_diag_errno(diag, FLOW_ERR_IO, e,
+				       "%s: cannot read tensor '%s' at offset %" PRIu64,
+				       f->path, tensor, offset + got);
+	if (got < len)
+		return flow_diag_set(diag, FLOW_ERR_IO,
+				     "%s: short read of tensor '%s': the file ends at byte %" PRIu64 ", the shard at %" PRIu64,
+				     f->path, tensor, offset + got,
+				     offset + len);
 	return FLOW_OK;
 }
 

@@ -27,8 +27,10 @@ flow_err_t gpt2_params(const flow_gpt_config_t *cfg,
 		       gpt2_param_t **params_out, size_t *n_out,
 		       flow_diag_t *diag);
 
-/* The config of ckpt's state "model"; FLOW_ERR_FORMAT when absent or bad. */
-flow_err_t gpt2_ckpt_config(const flow_ckpt_t *ckpt, flow_gpt_config_t *cfg,
+/* The config of ckpt's state "model" (FLOW_ERR_FORMAT when absent or
+ * bad), then its parameters (gpt2_params). */
+flow_err_t gpt2_ckpt_params(const flow_ckpt_t *ckpt, flow_gpt_config_t *cfg,
+			    gpt2_param_t **params_out, size_t *n_out,
 			    flow_diag_t *diag);
 
 /* What an export reads the parameters of a checkpoint through, one at a

@@ -114,8 +114,9 @@ size_t gpt2_numel(const flow_shape_t *s)
 	return n;
 }
 
-flow_err_t gpt2_ckpt_config(const flow_ckpt_t *ckpt, flow_gpt_config_t *cfg,
-			    flow_diag_t *diag)
+static flow_err_t gpt2_ckpt_config(const flow_ckpt_t *ckpt,
+				   flow_gpt_config_t *cfg,
+				   flow_diag_t *diag)
 {
 	const char *spec = flow_ckpt_get(ckpt, "model");
 	if (!spec)
@@ -129,6 +130,16 @@ flow_err_t gpt2_ckpt_config(const flow_ckpt_t *ckpt, flow_gpt_config_t *cfg,
 				     "checkpoint model '%s': %s", spec,
 				     flow_diag_message(&tmp));
 	return FLOW_OK;
+}
+
+flow_err_t gpt2_ckpt_params(const flow_ckpt_t *ckpt, flow_gpt_config_t *cfg,
+			    gpt2_param_t **params_out, size_t *n_out,
+			    flow_diag_t *diag)
+{
+	flow_err_t err = gpt2_ckpt_config(ckpt, cfg, diag);
+	if (err == FLOW_OK)
+		err = gpt2_params(cfg, params_out, n_out, diag);
+	return err;
 }
 
 void gpt2_from_f32(const float *src, size_t n, flow_dtype_t dtype, void *dst)
@@ -392,12 +403,9 @@ flow_err_t flow_hf_gpt2_export(const flow_ckpt_t *ckpt, const char *out_dir,
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "export dtype must be f32, bf16 or f16");
 	flow_gpt_config_t cfg;
-	flow_err_t err = gpt2_ckpt_config(ckpt, &cfg, diag);
-	if (err != FLOW_OK)
-		return err;
 	gpt2_param_t *params = NULL;
 	size_t n = 0;
-	err = gpt2_params(&cfg, &params, &n, diag);
+	flow_err_t err = gpt2_ckpt_params(ckpt, &cfg, &params, &n, diag);
 	if (err != FLOW_OK)
 		return err;
 	/* names and shapes first: the files' headers need them all */

@@ -19,19 +19,18 @@
 #define LLMC_HEADER_INTS 256
 #define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)
 
-/* The parameter of kind j (0: wte, 1: wpe, 2..13: the layer kinds for
- * layer l, 14, 15: ln_f) in the table of gpt2_params. */
-static size_t llmc_index(int j, uint32_t l, uint32_t layers)
+/* The index in the table of gpt2_params of the parameter the file holds
+ * b-th: the file stacks each kind over the layers (wte, wpe, every
+ * layer's ln_1.weight, every layer's ln_1.bias, ..., ln_f), the table
+ * lists them layer by layer. */
+static size_t llmc_block(size_t b, uint32_t layers)
 {
-	if (j < 2)
-		return (size_t)j;
-	if (j < 2 + GPT2_LAYER_PARAMS)
-		return 2 + (size_t)l * GPT2_LAYER_PARAMS + (size_t)(j - 2);
-	return 2 + (size_t)layers * GPT2_LAYER_PARAMS + (size_t)(j - 14);
+	size_t stacked = (size_t)layers * GPT2_LAYER_PARAMS;
+	if (b < 2 || b >= 2 + stacked)
+		return b;
+	size_t kind = (b - 2) / layers, layer = (b - 2) % layers;
+	return 2 + layer * GPT2_LAYER_PARAMS + kind;
 }
-
-/* Blocks in file order: kinds 0..15, the layer kinds repeated per layer. */
-#define LLMC_KINDS 16
 
 flow_err_t flow_llmc_model_export(const flow_ckpt_t *ckpt, const char *path,
 				  flow_dtype_t dtype, flow_diag_t *diag)
@@ -41,12 +40,9 @@ flow_err_t flow_llmc_model_export(const flow_ckpt_t *ckpt, const char *path,
 				     "%s: llm.c model files hold f32 or bf16",
 				     path);
 	flow_gpt_config_t cfg;
-	flow_err_t err = gpt2_ckpt_config(ckpt, &cfg, diag);
-	if (err != FLOW_OK)
-		return err;
 	gpt2_param_t *params = NULL;
 	size_t n = 0;
-	err = gpt2_params(&cfg, &params, &n, diag);
+	flow_err_t err = gpt2_ckpt_params(ckpt, &cfg, &params, &n, diag);
 	if (err != FLOW_OK)
 		return err;
 	flow_atomic_file_t *f = NULL;
@@ -67,20 +63,15 @@ flow_err_t flow_llmc_model_export(const flow_ckpt_t *ckpt, const char *path,
 	hdr[6] = (int32_t)cfg.dim;
 	hdr[7] = (int32_t)flow_gpt_padded_vocab(&cfg);
 	err = flow_atomic_file_write(f, hdr, sizeof hdr, diag);
-	for (int j = 0; j < LLMC_KINDS && err == FLOW_OK; j++) {
-		bool per_layer = j >= 2 && j < 2 + GPT2_LAYER_PARAMS;
-		for (uint32_t l = 0; l < (per_layer ? cfg.layers : 1) &&
-				     err == FLOW_OK; l++) {
-			const gpt2_param_t *p =
-				&params[llmc_index(j, l, cfg.layers)];
-			size_t k = gpt2_numel(&p->shape);
-			err = gpt2_reader_read(&r, p, p->shape.dims[0], diag);
-			if (err == FLOW_OK) {
-				gpt2_from_f32(r.vals, k, dtype, r.vals);
-				err = flow_atomic_file_write(
-					f, r.vals, k * flow_dtype_size(dtype),
-					diag);
-			}
+	for (size_t b = 0; b < n && err == FLOW_OK; b++) {
+		const gpt2_param_t *p = &params[llmc_block(b, cfg.layers)];
+		size_t k = gpt2_numel(&p->shape);
+		err = gpt2_reader_read(&r, p, p->shape.dims[0], diag);
+		if (err == FLOW_OK) {
+			gpt2_from_f32(r.vals, k, dtype, r.vals);
+			err = flow_atomic_file_write(f, r.vals,
+						     k * flow_dtype_size(dtype),
+						     diag);
 		}
 	}
 	if (err != FLOW_OK) {
@@ -97,21 +88,14 @@ out_free:
 static flow_err_t llmc_pread(int fd, const char *path, void *buf, size_t len,
 			     uint64_t off, flow_diag_t *diag)
 {
-	char *p = buf;
-	while (len > 0) {
-		ssize_t r = pread(fd, p, len, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return flow_diag_errno(diag, FLOW_ERR_IO, errno,
-					       "cannot read '%s'", path);
-		if (r == 0)
-			return flow_diag_set(diag, FLOW_ERR_IO,
-					     "%s: file shrank while read", path);
-		p += r;
-		len -= (size_t)r;
-		off += (uint64_t)r;
-	}
+	size_t got;
+	int e = flow_pread_full(fd, buf, len, off, &got);
+	if (e)
+		return flow_diag_errno(diag, FLOW_ERR_IO, e, "cannot read '%s'",
+				       path);
+	if (got < len)
+		return flow_diag_set(diag, FLOW_ERR_IO,
+				     "%s: file shrank while read", path);
 	return FLOW_OK;
 }
 
@@ -211,29 +195,24 @@ flow_err_t flow_llmc_model_import(const char *path, const char *step_dir,
 	if (err != FLOW_OK)
 		goto out_free;
 	uint64_t off = LLMC_HEADER_BYTES;
-	for (int j = 0; j < LLMC_KINDS && err == FLOW_OK; j++) {
-		bool per_layer = j >= 2 && j < 2 + GPT2_LAYER_PARAMS;
-		for (uint32_t l = 0; l < (per_layer ? cfg.layers : 1) &&
-				     err == FLOW_OK; l++) {
-			const gpt2_param_t *p =
-				&params[llmc_index(j, l, cfg.layers)];
-			size_t k = gpt2_numel(&p->shape);
-			float *v = malloc(k * sizeof(float) + 1);
-			if (!v) {
-				err = flow_diag_set(diag, FLOW_ERR_NOMEM,
-						    "out of memory importing "
-						    "'%s'", p->flow);
-				break;
-			}
-			size_t bytes = k * flow_dtype_size(dt);
-			err = llmc_pread(fd, path, v, bytes, off, diag);
-			off += bytes;
-			if (err == FLOW_OK) {
-				gpt2_to_f32(v, k, dt, v);
-				err = gpt2_write_param(w, p, v, diag);
-			}
-			free(v);
+	for (size_t b = 0; b < n && err == FLOW_OK; b++) {
+		const gpt2_param_t *p = &params[llmc_block(b, cfg.layers)];
+		size_t k = gpt2_numel(&p->shape);
+		float *v = malloc(k * sizeof(float) + 1);
+		if (!v) {
+			err = flow_diag_set(diag, FLOW_ERR_NOMEM,
+					    "out of memory importing '%s'",
+					    p->flow);
+			break;
 		}
+		size_t bytes = k * flow_dtype_size(dt);
+		err = llmc_pread(fd, path, v, bytes, off, diag);
+		off += bytes;
+		if (err == FLOW_OK) {
+			gpt2_to_f32(v, k, dt, v);
+			err = gpt2_write_param(w, p, v, diag);
+		}
+		free(v);
 	}
 	if (err != FLOW_OK) {
 		flow_ckpt_writer_abort(w);

@@ -79,22 +79,15 @@ void flow_st_free(flow_st_t *st)
 static flow_err_t st_pread(int fd, const char *path, void *buf, size_t len,
 			   uint64_t off, flow_diag_t *diag)
 {
-	char *p = buf;
-	while (len > 0) {
-		ssize_t r = pread(fd, p, len, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return flow_diag_errno(diag, FLOW_ERR_IO, errno,
-					       "cannot read '%s'", path);
-		if (r == 0)
-			return flow_diag_set(diag, FLOW_ERR_FORMAT,
-					     "%s: truncated at byte %" PRIu64,
-					     path, off);
-		p += r;
-		len -= (size_t)r;
-		off += (uint64_t)r;
-	}
+	size_t got;
+	int e = flow_pread_full(fd, buf, len, off, &got);
+	if (e)
+		return flow_diag_errno(diag, FLOW_ERR_IO, e, "cannot read '%s'",
+				       path);
+	if (got < len)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: truncated at byte %" PRIu64, path,
+				     off + got);
 	return FLOW_OK;
 }
 

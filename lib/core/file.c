@@ -297,6 +297,23 @@ flow_err_t flow_file_write_atomic(const char *path, const void *data,
 	return flow_atomic_file_commit(file, diag);
 }
 
+int flow_pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *got)
+{
+	*got = 0;
+	while (*got < len) {
+		ssize_t n = pread(fd, (char *)buf + *got, len - *got,
+				  (off_t)(off + *got));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno;
+		if (n == 0)
+			break;
+		*got += (size_t)n;
+	}
+	return 0;
+}
+
 flow_err_t flow_fsync_dir(const char *path, flow_diag_t *diag)
 {
 	flow_err_t err = FLOW_OK;

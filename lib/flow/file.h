@@ -66,6 +66,13 @@ FLOW_EXPORT flow_err_t flow_file_read_stream(FILE *f, const char *name,
 					     char **data_out, size_t *len_out,
 					     flow_diag_t *diag) FLOW_MUST_CHECK;
 /* fsync the directory holding path (or path itself when it is one). */
+/* pread up to len bytes at offset off into buf, retrying short reads and
+ * EINTR: *got holds the bytes read (fewer than len only at the end of the
+ * file).  Returns 0, or the errno of a failed read; the callers word the
+ * error, naming what they read. */
+FLOW_EXPORT int flow_pread_full(int fd, void *buf, size_t len, uint64_t off,
+				size_t *got);
+
 FLOW_EXPORT flow_err_t flow_fsync_dir(const char *path, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
 
