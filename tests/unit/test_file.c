@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +199,30 @@ static void test_file_temp_dir_abort_and_cleanup_remove_everything(void **state)
 
 /* A stream is read to its end, past the first buffer, and NUL-terminated;
  * a stream that cannot be read is named in the error. */
+/* flow_pread_full reads what is there: all of it inside the file, the rest
+ * of the file across its end, and the errno of a bad descriptor. */
+static void test_file_pread_full_reads_to_the_end(void **state)
+{
+	(void)state;
+	char path[512], buf[16];
+	size_t got = 99;
+	snprintf(path, sizeof(path), "%s/p.bin", dir);
+	assert_int_equal(flow_file_write_atomic(path, "0123456789", 10, NULL),
+			 FLOW_OK);
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(flow_pread_full(fd, buf, 4, 3, &got), 0);
+	assert_int_equal(got, 4);
+	assert_memory_equal(buf, "3456", 4);
+	assert_int_equal(flow_pread_full(fd, buf, sizeof buf, 7, &got), 0);
+	assert_int_equal(got, 3);
+	assert_memory_equal(buf, "789", 3);
+	assert_int_equal(flow_pread_full(fd, buf, 4, 50, &got), 0);
+	assert_int_equal(got, 0);
+	close(fd);
+	assert_int_equal(flow_pread_full(fd, buf, 4, 0, &got), EBADF);
+}
+
 static void test_file_read_stream_reads_to_the_end(void **state)
 {
 	(void)state;
@@ -268,6 +294,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_file_temp_dir_refuses_an_existing_path, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_temp_dir_abort_and_cleanup_remove_everything, setup, teardown),
 		cmocka_unit_test(test_file_read_stream_reads_to_the_end),
+		cmocka_unit_test_setup_teardown(test_file_pread_full_reads_to_the_end, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
