@@ -95,6 +95,11 @@ fi
 echo "demo: exported, imported onto tp=2 and exported again: the same bytes"
 "$bin/flow-train" --nproc 2 --plan "$demo/tp.plan" --data "$demo/data" --steps 5 --lr 2e-4 \
 	--init "$demo/gpt-tp" >"$demo/init.tsv"
-awk -F'\t' '$2 == "train" && $1 == 1 { printf "demo: a run from the exported weights starts at loss %.3f\n", $3 }' \
-	"$demo/init.tsv"
+last=$(awk -F'\t' '$2 == "train" { l = $3 } END { print l }' "$demo/train.tsv")
+if ! awk -F'\t' -v last="$last" '$2 == "train" && $1 == 1 { first = $3 } END {
+	printf "demo: a run from the imported weights starts at loss %.3f (the run that trained them ended at %.3f)\n", first, last
+	exit !(first < last + 0.5) }' "$demo/init.tsv"; then
+	echo "demo: the imported weights did not carry the training over" >&2
+	exit 1
+fi
 echo "demo: every stage passed"
