@@ -199,6 +199,16 @@ print(len(h))')
 	run -1 --separate-stderr flow-ckpt export grads -o g
 	[ "$stderr" = "flow-ckpt: grads: neither a training checkpoint nor weights (contents 'gradients')" ]
 	assert_nothing_left g
+	# A missing shard file (of a 2x2 checkpoint: the second tensor-parallel
+	# rank's).
+	flow-ckpt reshard "$CK" --plan "$F/tp.plan" -o part
+	rm part/rank-00001.bin
+	for to in safetensors llmc; do
+		run -1 --separate-stderr flow-ckpt export part -o "p-$to" --to "$to"
+		[ "${#stderr_lines[@]}" -eq 1 ]
+		[[ "$stderr" == "flow-ckpt: "*"rank-00001.bin"* ]]
+		assert_nothing_left "p-$to"
+	done
 	cp -r "$CK" bad
 	printf '\xff' | dd of=bad/rank-00000.bin bs=1 seek=100 conv=notrunc 2>/dev/null
 	for to in safetensors llmc; do
