@@ -384,6 +384,7 @@ static flow_err_t read_shard_slabs(const flow_ckpt_t *ckpt,
 	int64_t per = (int64_t)(cap / row_bytes);
 	atomic_bool *verified = &ckpt->verified[s - ckpt->cat.shards];
 	bool trusted = atomic_load(verified);
+	bool direct = flow_box_equal(&s->box, box);
 	/* A verified shard: only the rows that meet box. */
 	int64_t first = 0, last = rows;
 	if (trusted && s->box.ndim) {
@@ -401,14 +402,18 @@ static flow_err_t read_shard_slabs(const flow_ckpt_t *ckpt,
 			slab.extent[0] = n;
 		}
 		size_t len = (size_t)((uint64_t)n * row_bytes);
-		if ((err = read_at(f, scratch, len,
+		/* A whole shard asked for lands where it belongs, unstaged. */
+		unsigned char *to = direct ? (unsigned char *)dst +
+						     (size_t)r * row_bytes
+					   : scratch;
+		if ((err = read_at(f, to, len,
 				   s->offset + (uint64_t)r * row_bytes, name,
 				   diag)) != FLOW_OK)
 			return err;
 		if (!trusted)
-			flow_checksum_update(sum, scratch, len);
-		if (flow_box_intersect(&slab, box, &cut))
-			flow_box_copy(dst, box, scratch, &slab, &cut, elsize);
+			flow_checksum_update(sum, to, len);
+		if (!direct && flow_box_intersect(&slab, box, &cut))
+			flow_box_copy(dst, box, to, &slab, &cut, elsize);
 	}
 	if (trusted)
 		return FLOW_OK;
