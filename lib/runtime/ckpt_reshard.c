@@ -22,6 +22,10 @@
 #define RESHARD_SCRATCH_MAX ((size_t)64 << 20)
 /* Threads at most: the work is memory copies, hashing and writes. */
 #define RESHARD_THREADS_MAX 8
+/* What each thread beyond the first costs besides its buffers (its stack
+ * and allocator arena as touched, about 0.3 MiB), counted in the budget
+ * so that the process, not just its buffers, stays within it. */
+#define RESHARD_THREAD_OVERHEAD ((uint64_t)1 << 20)
 
 /* Buffers straight from the kernel and back to it: malloc's arenas (one
  * per thread) keep freed memory resident, and the budget counts what is
@@ -387,10 +391,15 @@ flow_err_t flow_train_ckpt_reshard(const flow_ckpt_t *ck, const char *ck_path,
 		nthreads = writers ? (int)writers : 1;
 	size_t min_scratch = max_row > ((size_t)1 << 20) ? max_row
 							 : (size_t)1 << 20;
-	while (nthreads > 1 && largest + (uint64_t)nthreads * min_scratch >
-					      budget)
-		nthreads--;
-	uint64_t scap = (budget - largest) / (uint64_t)nthreads;
+	uint64_t overhead = 0;
+	for (;; nthreads--) {
+		overhead = (uint64_t)(nthreads - 1) * RESHARD_THREAD_OVERHEAD;
+		if (nthreads == 1 || largest + overhead +
+					     (uint64_t)nthreads * min_scratch <=
+				     budget)
+			break;
+	}
+	uint64_t scap = (budget - largest - overhead) / (uint64_t)nthreads;
 	if (scap > RESHARD_SCRATCH_MAX)
 		scap = RESHARD_SCRATCH_MAX;
 
@@ -399,7 +408,7 @@ flow_err_t flow_train_ckpt_reshard(const flow_ckpt_t *ck, const char *ck_path,
 		.layouts = layouts,
 		.nlayouts = nlayouts,
 		.scap = (size_t)scap,
-		.parts_budget = budget - (uint64_t)nthreads * scap,
+		.parts_budget = budget - overhead - (uint64_t)nthreads * scap,
 		.lock = PTHREAD_MUTEX_INITIALIZER,
 		.freed = PTHREAD_COND_INITIALIZER,
 		.diag = FLOW_DIAG_INIT,
