@@ -239,7 +239,8 @@ typedef struct flow_train_reshard_options {
 	 * shard]. */
 	uint64_t max_memory;
 	/* Target ranks written at once [0: the online cores, at most 8, as
-	 * far as the budget leaves each a read buffer of 1 MiB]. */
+	 * far as the budget leaves each a read buffer of 1 MiB and 1 MiB
+	 * for each thread beyond the first]. */
 	int threads;
 } flow_train_reshard_options_t;
 
