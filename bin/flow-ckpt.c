@@ -713,7 +713,7 @@ out_free:
 	return status;
 }
 
-/* ---- reshard ------------------------------------------------------------- */
+/* ---- reshard, export and import ------------------------------------------ */
 
 /* Read and check the plan, then reshard ck onto it
  * (flow_train_ckpt_reshard). */
@@ -748,61 +748,50 @@ static bool output_free(const flow_tool_t *tool, const char *out)
 	return true;
 }
 
-static int run_reshard(const flow_tool_t *tool, const ckpt_opts_t *o)
+/* Export ck's weights as o asks. */
+static flow_err_t export(const ckpt_opts_t *o, const flow_ckpt_t *ck,
+			 const char *ck_path, flow_diag_t *diag)
 {
-	if (!output_free(tool, o->out))
-		return 1;
-	flow_ckpt_t *ck = open_ckpt(tool, o->args[0]);
-	if (!ck)
-		return 1;
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	/* Bad data, a plan for another model or a shard too large for the
-	 * budget: all run-time failures here. */
-	int status = 0;
-	if (reshard(o, ck, o->args[0], &diag) != FLOW_OK) {
-		flow_tool_error(tool, "%s", flow_diag_message(&diag));
-		status = 1;
-	}
-	flow_ckpt_free(ck);
-	return status;
-}
-
-/* ---- export and import ------------------------------------------------------ */
-
-static int run_export(const flow_tool_t *tool, const ckpt_opts_t *o)
-{
-	if (!output_free(tool, o->out))
-		return 1;
-	flow_ckpt_t *ck = open_ckpt(tool, o->args[0]);
-	if (!ck)
-		return 1;
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	/* A dump of gradients (flow-train --dump-grads) holds no weights. */
-	const char *contents = flow_ckpt_get(ck, "contents");
-	flow_err_t err = FLOW_OK;
-	if (!contents || (strcmp(contents, "training") != 0 &&
-			  strcmp(contents, "weights") != 0))
-		err = flow_diag_set(&diag, FLOW_ERR_FORMAT,
-				    "%s: neither a training checkpoint nor "
-				    "weights (contents '%s')",
-				    o->args[0], contents ? contents : "missing");
-	if (err == FLOW_OK && o->format == FORMAT_LLMC) {
-		err = flow_llmc_model_export(ck, o->out, o->dtype, &diag);
-	} else if (err == FLOW_OK) {
+	flow_train_ckpt_contents_t contents;
+	flow_err_t err = flow_train_ckpt_contents(ck, ck_path, &contents, diag);
+	if (err != FLOW_OK)
+		return err;
+	if (o->format == FORMAT_LLMC) {
+		err = flow_llmc_model_export(ck, o->out, o->dtype, diag);
+	} else {
 		flow_hf_export_options_t opt = {
 			.dtype = o->dtype,
 			.max_shard_size = o->max_shard_size,
 		};
-		err = flow_hf_gpt2_export(ck, o->out, &opt, &diag);
+		err = flow_hf_gpt2_export(ck, o->out, &opt, diag);
 	}
 	if (err == FLOW_OK)
 		flow_log(FLOW_LOG_INFO, "wrote '%s' (%s, %s) from step %" PRIu64,
 			 o->out, o->format == FORMAT_LLMC ? "llmc" : "safetensors",
 			 flow_dtype_name(o->dtype), flow_ckpt_step(ck));
-	else
+	return err;
+}
+
+/* reshard and export: OUT must not exist, then the checkpoint is opened
+ * and written from by fn; every failure is a run-time one (exit 1). */
+static int write_from_ckpt(const flow_tool_t *tool, const ckpt_opts_t *o,
+			   flow_err_t (*fn)(const ckpt_opts_t *,
+					    const flow_ckpt_t *, const char *,
+					    flow_diag_t *))
+{
+	if (!output_free(tool, o->out))
+		return 1;
+	flow_ckpt_t *ck = open_ckpt(tool, o->args[0]);
+	if (!ck)
+		return 1;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	int status = 0;
+	if (fn(o, ck, o->args[0], &diag) != FLOW_OK) {
 		flow_tool_error(tool, "%s", flow_diag_message(&diag));
+		status = 1;
+	}
 	flow_ckpt_free(ck);
-	return err == FLOW_OK ? 0 : 1;
+	return status;
 }
 
 /* The weights are read whole into a one-rank checkpoint beside OUT
@@ -868,10 +857,10 @@ int main(int argc, char **argv)
 		status = run_diff(&tool, &o);
 		break;
 	case CMD_RESHARD:
-		status = run_reshard(&tool, &o);
+		status = write_from_ckpt(&tool, &o, reshard);
 		break;
 	case CMD_EXPORT:
-		status = run_export(&tool, &o);
+		status = write_from_ckpt(&tool, &o, export);
 		break;
 	case CMD_IMPORT:
 		status = run_import(&tool, &o);

@@ -205,6 +205,14 @@ typedef enum flow_train_ckpt_contents {
 	FLOW_TRAIN_CKPT_WEIGHTS,
 } flow_train_ckpt_contents_t;
 
+/* What ck (read at path) holds, from its state "contents"; FLOW_ERR_FORMAT
+ * naming path for anything else (a dump of gradients, flow-train
+ * --dump-grads, or no contents). */
+FLOW_EXPORT flow_err_t flow_train_ckpt_contents(
+	const flow_ckpt_t *ck, const char *path,
+	flow_train_ckpt_contents_t *contents_out, flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+
 /* What one rank of a run under a plan writes to each checkpoint. */
 typedef struct flow_train_ckpt_layout {
 	bool writes;             /* it writes a data file and index */

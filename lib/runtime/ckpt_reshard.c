@@ -315,18 +315,10 @@ flow_err_t flow_train_ckpt_reshard(const flow_ckpt_t *ck, const char *ck_path,
 	flow_temp_dir_t *tmp = NULL;
 	flow_err_t err;
 
-	/* A dump of gradients (flow-train --dump-grads) is neither kind. */
 	flow_train_ckpt_contents_t contents;
-	const char *what = flow_ckpt_get(ck, "contents");
-	if (what && strcmp(what, "training") == 0)
-		contents = FLOW_TRAIN_CKPT_TRAINING;
-	else if (what && strcmp(what, "weights") == 0)
-		contents = FLOW_TRAIN_CKPT_WEIGHTS;
-	else
-		return flow_diag_set(diag, FLOW_ERR_FORMAT,
-				     "%s: neither a training checkpoint nor "
-				     "weights (contents '%s')",
-				     ck_path, what ? what : "missing");
+	if ((err = flow_train_ckpt_contents(ck, ck_path, &contents, diag)) !=
+	    FLOW_OK)
+		return err;
 
 	int64_t world = flow_mesh_top_rank(&plan->mesh) + 1;
 	layouts = calloc((size_t)world, sizeof *layouts);

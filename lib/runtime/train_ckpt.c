@@ -631,6 +631,23 @@ out_free_path:
 	return err;
 }
 
+flow_err_t flow_train_ckpt_contents(const flow_ckpt_t *ck, const char *path,
+				    flow_train_ckpt_contents_t *contents_out,
+				    flow_diag_t *diag)
+{
+	const char *what = flow_ckpt_get(ck, "contents");
+	if (what && strcmp(what, "training") == 0)
+		*contents_out = FLOW_TRAIN_CKPT_TRAINING;
+	else if (what && strcmp(what, "weights") == 0)
+		*contents_out = FLOW_TRAIN_CKPT_WEIGHTS;
+	else
+		return flow_diag_set(diag, FLOW_ERR_FORMAT,
+				     "%s: neither a training checkpoint nor "
+				     "weights (contents '%s')",
+				     path, what ? what : "missing");
+	return FLOW_OK;
+}
+
 flow_err_t trainer_init_from(flow_trainer_t *t, flow_diag_t *diag)
 {
 	const char *path = t->cfg.init;
@@ -638,21 +655,16 @@ flow_err_t trainer_init_from(flow_trainer_t *t, flow_diag_t *diag)
 	flow_err_t err = flow_ckpt_open(path, &ck, diag);
 	if (err != FLOW_OK)
 		return err;
-	/* Either contents will do: only the parameters are read. */
-	const char *contents = flow_ckpt_get(ck, "contents");
+	/* Either kind will do: only the parameters are read. */
+	flow_train_ckpt_contents_t contents;
 	const char *model = flow_ckpt_get(ck, "model");
-	if (!contents || (strcmp(contents, "training") != 0 &&
-			  strcmp(contents, "weights") != 0))
-		err = flow_diag_set(diag, FLOW_ERR_FORMAT,
-				    "%s: holds no model weights (contents "
-				    "'%s')",
-				    path, contents ? contents : "missing");
-	else if (!model || strcmp(model, t->spec) != 0)
+	err = flow_train_ckpt_contents(ck, path, &contents, diag);
+	if (err == FLOW_OK && (!model || strcmp(model, t->spec) != 0))
 		err = flow_diag_set(diag, FLOW_ERR_USAGE,
 				    "%s: model is '%s' in the checkpoint but "
 				    "'%s' in this run",
 				    path, model ? model : "(missing)", t->spec);
-	else
+	if (err == FLOW_OK)
 		err = read_parts(t, ck, path, FLOW_TRAIN_CKPT_WEIGHTS, diag);
 	if (err == FLOW_OK) {
 		t->init_path = strdup(path);

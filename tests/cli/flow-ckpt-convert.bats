@@ -366,7 +366,7 @@ EOF
 	[ "$stderr" = "flow-train: $CK: model is 'gpt:layers=2,heads=2,dim=32,vocab=300,seq=32,pad=128' in the checkpoint but 'gpt:layers=2,heads=4,dim=32,vocab=300,seq=32,pad=128' in this run" ]
 	flow-train "${TRAIN[@]}" --steps 1 --data "$DATA" --dump-grads grads >/dev/null
 	run -1 --separate-stderr flow-train "${TRAIN[@]}" --steps 1 --data "$DATA" --init grads
-	[ "$stderr" = "flow-train: grads: holds no model weights (contents 'gradients')" ]
+	[ "$stderr" = "flow-train: grads: neither a training checkpoint nor weights (contents 'gradients')" ]
 	run -1 --separate-stderr flow-train "${TRAIN[@]}" --steps 1 --data "$DATA" --init nope
 	[[ "$stderr" == "flow-train: cannot open checkpoint 'nope'"* ]]
 }
