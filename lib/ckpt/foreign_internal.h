@@ -27,6 +27,17 @@ flow_err_t gpt2_params(const flow_gpt_config_t *cfg,
 		       gpt2_param_t **params_out, size_t *n_out,
 		       flow_diag_t *diag);
 
+/* Read exactly len bytes of path (open as fd) at off: FLOW_ERR_IO for a
+ * read error, FLOW_ERR_FORMAT "truncated at byte N" at the end of the
+ * file. */
+flow_err_t foreign_pread(int fd, const char *path, void *buf, size_t len,
+			 uint64_t off, flow_diag_t *diag);
+
+/* c, read from the file path, through the model spec's parser (its limits
+ * and checks) into cfg; FLOW_ERR_FORMAT naming path. */
+flow_err_t gpt2_config_check(const char *path, const flow_gpt_config_t *c,
+			     flow_gpt_config_t *cfg, flow_diag_t *diag);
+
 /* The config of ckpt's state "model" (FLOW_ERR_FORMAT when absent or
  * bad), then its parameters (gpt2_params). */
 flow_err_t gpt2_ckpt_params(const flow_ckpt_t *ckpt, flow_gpt_config_t *cfg,

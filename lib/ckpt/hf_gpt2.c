@@ -114,6 +114,19 @@ size_t gpt2_numel(const flow_shape_t *s)
 	return n;
 }
 
+flow_err_t gpt2_config_check(const char *path, const flow_gpt_config_t *c,
+			     flow_gpt_config_t *cfg, flow_diag_t *diag)
+{
+	/* Through the spec parser, for its limits and checks. */
+	char spec[FLOW_GPT_SPEC_MAX];
+	flow_gpt_format(c, spec, sizeof spec);
+	flow_diag_t tmp = FLOW_DIAG_INIT;
+	if (flow_gpt_parse(spec, cfg, &tmp) != FLOW_OK)
+		return flow_diag_set(diag, FLOW_ERR_FORMAT, "%s: %s", path,
+				     flow_diag_message(&tmp));
+	return FLOW_OK;
+}
+
 static flow_err_t gpt2_ckpt_config(const flow_ckpt_t *ckpt,
 				   flow_gpt_config_t *cfg,
 				   flow_diag_t *diag)
@@ -717,15 +730,8 @@ static flow_err_t hf_read_config(const char *dir, flow_gpt_config_t *cfg,
 	json_decref(doc);
 	if (err != FLOW_OK)
 		return err;
-	/* through the spec parser, for its limits and checks */
 	c.pad = 128;
-	char spec[FLOW_GPT_SPEC_MAX];
-	flow_gpt_format(&c, spec, sizeof spec);
-	flow_diag_t tmp = FLOW_DIAG_INIT;
-	if (flow_gpt_parse(spec, cfg, &tmp) != FLOW_OK)
-		return flow_diag_set(diag, FLOW_ERR_FORMAT, "%s: %s", path,
-				     flow_diag_message(&tmp));
-	return FLOW_OK;
+	return gpt2_config_check(path, &c, cfg, diag);
 }
 
 static bool hf_skipped(const char *name)

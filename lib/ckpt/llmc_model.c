@@ -85,20 +85,6 @@ out_free:
 	return err;
 }
 
-static flow_err_t llmc_pread(int fd, const char *path, void *buf, size_t len,
-			     uint64_t off, flow_diag_t *diag)
-{
-	size_t got;
-	int e = flow_pread_full(fd, buf, len, off, &got);
-	if (e)
-		return flow_diag_errno(diag, FLOW_ERR_IO, e, "cannot read '%s'",
-				       path);
-	if (got < len)
-		return flow_diag_set(diag, FLOW_ERR_IO,
-				     "%s: file shrank while read", path);
-	return FLOW_OK;
-}
-
 /* The config of an llm.c header, checked: positive sizes within flow's
  * limits, C divisible by H, V <= Vp, and a pad that yields Vp. */
 static flow_err_t llmc_config(const char *path, const int32_t *h,
@@ -123,13 +109,7 @@ static flow_err_t llmc_config(const char *path, const int32_t *h,
 				.pad = 128 };
 	if (flow_gpt_padded_vocab(&c) != (uint32_t)h[7])
 		c.pad = (uint32_t)h[7]; /* V rounded up to Vp is Vp */
-	char spec[FLOW_GPT_SPEC_MAX];
-	flow_gpt_format(&c, spec, sizeof spec);
-	flow_diag_t tmp = FLOW_DIAG_INIT;
-	if (flow_gpt_parse(spec, cfg, &tmp) != FLOW_OK)
-		return flow_diag_set(diag, FLOW_ERR_FORMAT, "%s: %s", path,
-				     flow_diag_message(&tmp));
-	return FLOW_OK;
+	return gpt2_config_check(path, &c, cfg, diag);
 }
 
 flow_err_t flow_llmc_model_import(const char *path, const char *step_dir,
@@ -154,7 +134,7 @@ flow_err_t flow_llmc_model_import(const char *path, const char *step_dir,
 				    path, LLMC_HEADER_BYTES);
 		goto out_close;
 	}
-	err = llmc_pread(fd, path, h, sizeof h, 0, diag);
+	err = foreign_pread(fd, path, h, sizeof h, 0, diag);
 	if (err != FLOW_OK)
 		goto out_close;
 	if (h[0] != FLOW_LLMC_MODEL_MAGIC) {
@@ -206,7 +186,7 @@ flow_err_t flow_llmc_model_import(const char *path, const char *step_dir,
 			break;
 		}
 		size_t bytes = k * flow_dtype_size(dt);
-		err = llmc_pread(fd, path, v, bytes, off, diag);
+		err = foreign_pread(fd, path, v, bytes, off, diag);
 		off += bytes;
 		if (err == FLOW_OK) {
 			gpt2_to_f32(v, k, dt, v);

@@ -15,6 +15,7 @@
 #include <flow/file.h>
 #include <flow/safetensors.h>
 
+#include "foreign_internal.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this host is not"
@@ -75,9 +76,8 @@ void flow_st_free(flow_st_t *st)
 	free(st);
 }
 
-/* Read exactly len bytes at off; FLOW_ERR_FORMAT at end of file. */
-static flow_err_t st_pread(int fd, const char *path, void *buf, size_t len,
-			   uint64_t off, flow_diag_t *diag)
+flow_err_t foreign_pread(int fd, const char *path, void *buf, size_t len,
+			 uint64_t off, flow_diag_t *diag)
 {
 	size_t got;
 	int e = flow_pread_full(fd, buf, len, off, &got);
@@ -284,7 +284,7 @@ flow_err_t flow_st_open(const char *path, flow_st_t **st_out,
 				    file_len);
 		goto out_free;
 	}
-	err = st_pread(st->fd, path, lenb, 8, 0, diag);
+	err = foreign_pread(st->fd, path, lenb, 8, 0, diag);
 	if (err != FLOW_OK)
 		goto out_free;
 	uint64_t n = 0;
@@ -310,7 +310,7 @@ flow_err_t flow_st_open(const char *path, flow_st_t **st_out,
 				    path);
 		goto out_free;
 	}
-	err = st_pread(st->fd, path, hdr, n, 8, diag);
+	err = foreign_pread(st->fd, path, hdr, n, 8, diag);
 	if (err != FLOW_OK)
 		goto out_free_hdr;
 	if (n == 0 || hdr[0] != '{') {
@@ -408,7 +408,7 @@ flow_err_t flow_st_read(const flow_st_t *st, size_t index, void *dst,
 				     "%s: no tensor %zu", st->path, index);
 	const flow_st_tensor_t *t = &st->tensors[index];
 	flow_diag_t tmp = FLOW_DIAG_INIT;
-	flow_err_t err = st_pread(st->fd, st->path, dst,
+	flow_err_t err = foreign_pread(st->fd, st->path, dst,
 				  (size_t)(t->end - t->begin),
 				  st->data_start + t->begin, &tmp);
 	if (err == FLOW_ERR_FORMAT) /* the file shrank since it was opened */
