@@ -289,65 +289,6 @@ static flow_err_t checksum_mismatch(const data_file_t *f, const char *tensor,
 			     f->path, tensor, box, s->offset, a, b);
 }
 
-flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
-			  const flow_box_t *box, void *dst,
-			  flow_diag_t *diag)
-{
-	flow_err_t err = FLOW_OK;
-	if (index >= ckpt->cat.ntensors)
-		return flow_diag_set(diag, FLOW_ERR_USAGE,
-				     "%s: no tensor %zu (the checkpoint has %zu)",
-				     ckpt->dir, index, ckpt->cat.ntensors);
-	const ckpt_tensor_t *t = &ckpt->cat.tensors[index];
-	const flow_ckpt_tensor_desc_t *desc = &t->desc;
-	flow_box_t want;
-	if ((err = ckpt_caller_box(desc, box, &want, diag)) != FLOW_OK)
-		return err;
-	box = &want;
-	size_t elsize = flow_dtype_size(desc->dtype);
-	if (flow_box_numel(box) == 0)
-		return FLOW_OK;
-	if (!dst)
-		return flow_diag_set(diag, FLOW_ERR_USAGE,
-				     "tensor '%s': no destination buffer",
-				     desc->name);
-	data_file_t f = { .fd = -1 };
-	void *buf = NULL;
-	size_t cap = 0;
-	for (size_t i = 0; i < t->count; i++) {
-		const ckpt_shard_t *s = &ckpt->cat.shards[t->first + i];
-		flow_box_t cut;
-		if (s->replica || !flow_box_intersect(&s->box, box, &cut))
-			continue;
-		size_t len = (size_t)s->length;
-		if (len > cap) {
-			flow_free(buf);
-			if (!(buf = flow_alloc(len))) {
-				cap = 0;
-				err = flow_diag_set(diag, FLOW_ERR_NOMEM,
-						    "out of memory reading tensor '%s' (%zu bytes)",
-						    desc->name, len);
-				goto out_close;
-			}
-			cap = len;
-		}
-		if ((err = data_file_open(ckpt, &f, s->rank, diag)) != FLOW_OK ||
-		    (err = read_at(&f, buf, len, s->offset, desc->name,
-				   diag)) != FLOW_OK)
-			goto out_close;
-		uint64_t sum = flow_checksum(buf, len);
-		if (sum != s->sum) {
-			err = checksum_mismatch(&f, desc->name, s, sum, diag);
-			goto out_close;
-		}
-		flow_box_copy(dst, box, buf, &s->box, &cut, elsize);
-	}
-out_close:
-	flow_free(buf);
-	data_file_close(&f);
-	return err;
-}
-
 /* Read shard s of tensor t through scratch (cap bytes), a slab of whole
  * rows (of its first dimension) at a time, hashing each and copying its
  * part of box into dst. */
@@ -461,6 +402,39 @@ flow_err_t flow_ckpt_read_bounded(const flow_ckpt_t *ckpt, size_t index,
 	}
 	data_file_close(&f);
 	flow_checksum_state_free(sum);
+	return err;
+}
+
+/* flow_ckpt_read is a bounded read through a buffer of its own: a few
+ * MiB (or the largest shard of the tensor, when smaller; or one row, when
+ * larger). */
+#define READ_BUFFER ((size_t)4 << 20)
+
+flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
+			  const flow_box_t *box, void *dst,
+			  flow_diag_t *diag)
+{
+	if (index >= ckpt->cat.ntensors)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "%s: no tensor %zu (the checkpoint has %zu)",
+				     ckpt->dir, index, ckpt->cat.ntensors);
+	const ckpt_tensor_t *t = &ckpt->cat.tensors[index];
+	size_t cap = 0;
+	for (size_t i = 0; i < t->count; i++)
+		if (ckpt->cat.shards[t->first + i].length > cap)
+			cap = (size_t)ckpt->cat.shards[t->first + i].length;
+	if (cap > READ_BUFFER)
+		cap = READ_BUFFER;
+	if (cap < flow_ckpt_row_bytes(&t->desc))
+		cap = flow_ckpt_row_bytes(&t->desc);
+	void *scratch = flow_alloc(cap ? cap : 1);
+	if (!scratch)
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "out of memory reading tensor '%s' (%zu bytes)",
+				     t->desc.name, cap);
+	flow_err_t err = flow_ckpt_read_bounded(ckpt, index, box, dst, scratch,
+						cap, diag);
+	flow_free(scratch);
 	return err;
 }
 

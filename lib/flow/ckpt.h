@@ -140,19 +140,21 @@ FLOW_EXPORT int flow_ckpt_tensor_find(const flow_ckpt_t *ckpt,
 /* Copy the elements of `box` (NULL: whole) of tensor `index` to dst
  * (row-major box, dtype as stored), reading each shard that intersects it
  * and checking that shard's checksum: FLOW_ERR_CHECKSUM naming the file,
- * tensor and offset; FLOW_ERR_IO for a short read. */
+ * tensor and offset (dst may then hold part of the shard); FLOW_ERR_IO
+ * for a short read.  It is flow_ckpt_read_bounded through a read buffer
+ * of its own of a few MiB, and trusts verified shards as that does. */
 FLOW_EXPORT flow_err_t flow_ckpt_read(const flow_ckpt_t *ckpt, size_t index,
 				      const flow_box_t *box, void *dst,
 				      flow_diag_t *diag) FLOW_MUST_CHECK;
 /* flow_ckpt_read within a bounded working set: each shard that
  * intersects box is read through the caller's scratch buffer
- * (scratch_bytes), a slab of whole rows of its first dimension at a time,
- * its checksum computed as it streams (dst may hold part of a shard whose
- * checksum then fails).  A shard whose checksum such a read of this ckpt
- * has verified is trusted from then on: later reads take only the rows of
- * it they need, unhashed (ckpt may be read from several threads).
- * FLOW_ERR_USAGE naming the tensor and shard when one row of a shard is
- * larger than scratch_bytes; else as flow_ckpt_read. */
+ * (scratch_bytes), a slab of whole rows of its first dimension at a time
+ * (straight into dst when box is the whole shard), its checksum computed
+ * as it streams.  A shard whose checksum a read of this ckpt has verified
+ * is trusted from then on: later reads take only the rows of it they
+ * need, unhashed (ckpt may be read from several threads).  FLOW_ERR_USAGE
+ * naming the tensor and shard when one row of a shard is larger than
+ * scratch_bytes; else as flow_ckpt_read. */
 FLOW_EXPORT flow_err_t flow_ckpt_read_bounded(const flow_ckpt_t *ckpt,
 					      size_t index,
 					      const flow_box_t *box, void *dst,
