@@ -10,6 +10,8 @@
 set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=corpus.bash
+. "$top/tests/corpus.bash"
 build=$(cd "${1:-${FLOW_BUILD_DIR:-$top/build}}" 2>/dev/null && pwd) || {
 	echo "valgrind.sh: no build directory '${1:-${FLOW_BUILD_DIR:-$top/build}}'" >&2
 	exit 2
@@ -55,9 +57,7 @@ check() { # check NAME CMD...: run CMD under valgrind, stderr to NAME.err
 	fi
 }
 
-for i in $(seq 1 600); do
-	printf 'the %s fox jumps over the %s dog, line %d.\n' quick lazy "$i"
-done >corpus.txt
+fox_corpus 600 corpus.txt
 model=(--model gpt:layers=2,heads=2,dim=32,vocab=256,seq=32 --batch 4
 	--seq-len 32 --peak-gflops 0 --steps 4 --eval-every 2 --eval-batches 1
 	--ckpt-dir ck --ckpt-every 2)

@@ -8,6 +8,10 @@
 : "${top_builddir:=$top_srcdir}"
 export top_srcdir top_builddir
 
+# fox_corpus LINES FILE: the training text of the program tests.
+# shellcheck source=../corpus.bash
+source "$BATS_TEST_DIRNAME/../corpus.bash"
+
 # The last `run --separate-stderr` must have failed with a usage error from
 # program $1: exit 2, nothing on stdout, stderr exactly two lines: the
 # message (which must contain $2) and the hint.

@@ -26,10 +26,7 @@ PLAN=(--model gpt2-1.5b --mesh 4 --axes dp --batch 4)
 
 setup_file() {
 	cd "$BATS_FILE_TMPDIR"
-	for i in $(seq 1 3000); do
-		printf 'the %s fox jumps over the %s dog, line %d.\n' \
-			quick lazy "$i"
-	done >corpus.txt
+	fox_corpus 3000 corpus.txt
 	flow-shard -q -o data --val-tokens 8K corpus.txt
 	flow-shard -q -o zdata --val-tokens 8K --compress --frame-tokens 4096 corpus.txt
 	# The uninterrupted runs every resume is held to.

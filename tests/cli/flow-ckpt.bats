@@ -15,10 +15,7 @@ TRAIN=(--model "$MODEL" --batch 4 --seq-len 32 --peak-gflops 0)
 
 setup_file() {
 	cd "$BATS_FILE_TMPDIR"
-	for i in $(seq 1 3000); do
-		printf 'the %s fox jumps over the %s dog, line %d.\n' \
-			quick lazy "$i"
-	done >corpus.txt
+	fox_corpus 3000 corpus.txt
 	flow-shard -q -o data --val-tokens 8K corpus.txt
 	# Steps 8, so that a run resuming from step 4 has steps to take.
 	flow-train "${TRAIN[@]}" --steps 8 --ckpt-every 4 --ckpt-dir ck \

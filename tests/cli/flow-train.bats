@@ -13,10 +13,7 @@ TRAIN=(--model "$MODEL" --batch 4 --seq-len 32 --peak-gflops 0)
 setup_file() {
 	cd "$BATS_FILE_TMPDIR"
 	# A byte-level corpus with structure to learn, the same everywhere.
-	for i in $(seq 1 3000); do
-		printf 'the %s fox jumps over the %s dog, line %d.\n' \
-			quick lazy "$i"
-	done >corpus.txt
+	fox_corpus 3000 corpus.txt
 	flow-shard -q -o data --val-tokens 8K corpus.txt
 }
 

@@ -12,6 +12,10 @@
 : "${top_srcdir:=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}"
 : "${top_builddir:=$top_srcdir}"
 export top_srcdir top_builddir
+
+# fox_corpus LINES FILE: the training text of the program tests.
+# shellcheck source=../corpus.bash
+source "$BATS_TEST_DIRNAME/../corpus.bash"
 # slurmctld, slurmd and munged live in sbin, which a non-login root shell
 # may lack.
 case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH=$PATH:/usr/sbin:/sbin ;; esac

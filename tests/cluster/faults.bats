@@ -22,10 +22,7 @@ setup_file() {
 	slurm_up SLURM1 7147
 	FLOW_SLURM_SUBNET=10.79.57 slurm_up SLURM2 7157 -n 2
 	cd "$BATS_FILE_TMPDIR"
-	for i in $(seq 1 3000); do
-		printf 'the %s fox jumps over the %s dog, line %d.\n' \
-			quick lazy "$i"
-	done >corpus.txt
+	fox_corpus 3000 corpus.txt
 	flow-shard -q -o data --val-tokens 8K corpus.txt
 }
 

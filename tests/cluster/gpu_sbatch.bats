@@ -42,9 +42,7 @@ show_job() {
 		echo "flow-train has no --device: the script's CUDA options are missing" >&2
 		return 1
 	}
-	for i in $(seq 1 2000); do
-		printf 'the %s fox jumps over the %s dog, line %d.\n' quick lazy "$i"
-	done >corpus.txt
+	fox_corpus 2000 corpus.txt
 	# Outside a job the script submits itself with the shape from the
 	# environment; GPUS_PER_NODE=0 overrides its --gpus-per-node=8.  On
 	# a machine with a GPU, CUDA is shown none.

@@ -16,10 +16,7 @@ TRAIN=(--model "$MODEL" --batch 4 --seq-len 32 --grad-accum 2 "${RUN[@]}")
 setup_file() {
 	FLOW_SLURM_SUBNET=10.79.67 slurm_up SLURM2 7167 -n 2
 	cd "$BATS_FILE_TMPDIR"
-	for i in $(seq 1 3000); do
-		printf 'the %s fox jumps over the %s dog, line %d.\n' \
-			quick lazy "$i"
-	done >corpus.txt
+	fox_corpus 3000 corpus.txt
 	flow-shard -q -o data --val-tokens 8K corpus.txt
 	# The one-rank reference every multi-rank run is held to.
 	flow-train "${TRAIN[@]}" --data data >one.tsv

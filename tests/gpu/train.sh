@@ -48,6 +48,8 @@ set -u
 
 dev=${FLOW_GPU_TEST_DEVICE:-cuda}
 src=$(cd "$(dirname "$0")/../.." && pwd) # before the cd below: $0 may be relative
+# shellcheck source=../corpus.bash
+. "$src/tests/corpus.bash"
 build=${1:?usage: train.sh BUILD_DIR WORK_DIR}
 work=${2:?usage: train.sh BUILD_DIR WORK_DIR}
 bin=$build/bin
@@ -81,9 +83,7 @@ why() {
 
 MODEL=gpt:layers=2,heads=4,dim=128,vocab=256,seq=64
 TRAIN=(--model "$MODEL" --batch 8 --seq-len 64 --steps 20 --seed 7 --peak-gflops 0)
-for i in $(seq 1 4000); do
-	printf 'the %s fox jumps over the %s dog, line %d.\n' quick lazy "$i"
-done >corpus.txt
+fox_corpus 4000 corpus.txt
 "$bin/flow-shard" -q -o data --val-tokens 8K corpus.txt || { row data no "flow-shard failed"; exit 1; }
 
 run() { # NAME ARGS...: flow-train into NAME.tsv, NAME.err; returns its status
