@@ -378,14 +378,14 @@ SRUN2=(srun --mpi=pmix -N 2 --ntasks-per-node=2 -o out.%t -e err.%t)
 	resume_exact "$ref" "${SRUN2[@]}" flow-train "${TRAIN[@]}" --data "$BATS_FILE_TMPDIR/data"
 }
 
-# waits_lead_to N VICTIMS FILE_PREFIX RANKS...: each of RANKS timed out
+# waits_lead_to VICTIMS FILE_PREFIX RANKS...: each of RANKS timed out
 # (one line in FILE_PREFIX.R) waiting for a rank of VICTIMS (a regular
 # expression of rank numbers), or for a rank that itself waited, through
 # any number of such steps, for one of VICTIMS.  Across nodes a rank only
 # knows whom it waits for; the chain of waits names the lost rank.
 waits_lead_to() {
-	local victims=$2 prefix=$3 r w hops
-	shift 3
+	local victims=$1 prefix=$2 r w hops
+	shift 2
 	for r; do
 		w=$r
 		for hops in 1 2 3 4; do
@@ -413,7 +413,7 @@ waits_lead_to() {
 	# Slurm kills what is left, the stopped rank included.
 	[ "$status" -ne 0 ]
 	names_lost 4 2 "timed out after $TRAIN_TIMEOUT s waiting for rank [0-9] \\(" err
-	waits_lead_to 4 2 err 0 1 3
+	waits_lead_to 2 err 0 1 3
 	# shellcheck disable=SC2086
 	assert_gone ${RANK_PIDS[*]}
 	resume_exact "$ref" "${SRUN2[@]}" flow-train "${TRAIN[@]}" --data "$BATS_FILE_TMPDIR/data"
@@ -451,8 +451,8 @@ waits_lead_to() {
 	done
 	# node1's ranks name ranks on node2, and node2's ranks those on node1.
 	names_lost 4 -1 "timed out after $TRAIN_TIMEOUT s waiting for rank [0-9] \\(" err
-	waits_lead_to 4 '2|3' err 0 1
-	waits_lead_to 4 '0|1' err 2 3
+	waits_lead_to '2|3' err 0 1
+	waits_lead_to '0|1' err 2 3
 	# shellcheck disable=SC2086
 	assert_gone ${RANK_PIDS[*]}
 	# A node that missed its pings comes back once the link does.

@@ -250,12 +250,9 @@ def make_pytorch_weights(cfg):
             shape = (V, C)
         elif name.endswith(CONV1D):
             shape = shape[::-1]
-        if name.endswith("weight") and len(shape) == 1:
+        x = 0.02 * torch.randn(shape, generator=g)
+        if name.endswith("weight") and len(shape) == 1:  # layer norms
             x = 1 + 0.1 * torch.randn(shape, generator=g)
-        elif len(shape) == 1:
-            x = 0.02 * torch.randn(shape, generator=g)
-        else:
-            x = 0.02 * torch.randn(shape, generator=g)
         t[hf_name(name)] = x.contiguous()
     extra = {}
     for i in range(cfg["layers"]):  # buffers older checkpoints carry
