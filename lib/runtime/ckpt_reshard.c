@@ -204,6 +204,8 @@ static flow_err_t write_rank(reshard_thread_t *th,
 		const flow_train_ckpt_part_t *p = &l->parts[i];
 		size_t n = part_bytes(p);
 		if (!thread_reserve(th, n ? n : 1, diag)) {
+			/* Out of memory (diag set), or another thread
+			 * failed (which said why). */
 			err = diag->err != FLOW_OK ? diag->err : FLOW_ERR_IO;
 			break;
 		}
@@ -247,8 +249,9 @@ static void *reshard_thread_main(void *arg)
 		flow_diag_t diag = FLOW_DIAG_INIT;
 		if (write_rank(th, &w->layouts[r], &diag) != FLOW_OK) {
 			pthread_mutex_lock(&w->lock);
-			/* A thread stopped by another's failure says nothing. */
-			if (!w->failed && diag.err != FLOW_OK)
+			/* The first failure is a real one: a thread stopped
+			 * by another's comes after it. */
+			if (!w->failed)
 				w->diag = diag;
 			w->failed = true;
 			pthread_cond_broadcast(&w->freed);
@@ -289,11 +292,11 @@ static flow_err_t write_ranks(reshard_work_t *w, int nthreads,
 	reshard_thread_main(&th[0]);
 	for (int i = 1; i <= started; i++)
 		pthread_join(tid[i], NULL);
-	if (w->failed)
-		err = w->diag.err != FLOW_OK
-			      ? (*diag = w->diag, w->diag.err)
-			      : flow_diag_set(diag, FLOW_ERR_IO,
-					      "resharding failed");
+	/* The failing thread always says why (write_rank sets its diag). */
+	if (w->failed) {
+		*diag = w->diag;
+		err = w->diag.err;
+	}
 out_free:
 	for (int i = 0; i < nthreads; i++)
 		buffer_free(th[i].scratch, w->scap);
