@@ -68,8 +68,9 @@ static const char help_text[] =
 	"Device (see flow-train(1), GPUS):\n"
 	"      --device D         cpu, or cuda: each rank takes the GPU of its local\n"
 	"                         rank [cpu]\n"
-	"      --precision P      fp32, or bf16 (cuda): bf16 activations and GEMM\n"
-	"                         inputs, fp32 weights and optimizer state [fp32]\n"
+	"      --precision P      fp32, or bf16: GEMM operands rounded to bf16, fp32\n"
+	"                         accumulation, weights and optimizer state (on the\n"
+	"                         CPU emulated, for checking) [fp32]\n"
 	"      --comm C           nccl, or cpu: collectives staged through host\n"
 	"                         memory, so several ranks may share a GPU [nccl for\n"
 	"                         cuda; cpu for cpu]\n"
@@ -208,9 +209,6 @@ static void apply_device(flow_tool_t *tool, train_opts_t *o)
 static void check_device(flow_tool_t *tool, train_opts_t *o)
 {
 	flow_train_config_t *c = &o->cfg;
-	if (c->device == FLOW_DEVICE_CPU && c->precision != FLOW_PRECISION_FP32)
-		flow_tool_usage_error(tool, "--precision %s needs --device cuda (the CPU trains in fp32)",
-				      flow_precision_name(c->precision));
 	if (c->device == FLOW_DEVICE_CPU && o->comm && strcmp(o->comm, "nccl") == 0)
 		flow_tool_usage_error(tool, "--comm nccl needs --device cuda");
 	if (c->device == FLOW_DEVICE_CUDA && c->kernels != FLOW_KERNELS_CPU)

@@ -113,6 +113,9 @@ FLOW_EXPORT void flow_exec_free(flow_exec_t *exec);
 /* The graph and memory plan it runs; borrowed for the executor's life. */
 FLOW_EXPORT const flow_graph_t *flow_exec_graph(const flow_exec_t *exec);
 FLOW_EXPORT const flow_memplan_t *flow_exec_memplan(const flow_exec_t *exec);
+/* Bytes of kernel scratch the executor holds (attention's backward pass,
+ * the bf16 GEMMs' rounded operands): the largest any op needs. */
+FLOW_EXPORT size_t flow_exec_scratch_bytes(const flow_exec_t *exec);
 
 /* Storage of tensor t (f32 or i32 as its dtype says), contiguous
  * row-major.  Transient tensors are only meaningful within their live
@@ -168,6 +171,16 @@ FLOW_EXPORT flow_err_t flow_exec_init_params_boxes(flow_exec_t *exec,
  * whole step (all micro-batches).  Default 1 / (tokens of one
  * micro-batch). */
 FLOW_EXPORT void flow_exec_set_loss_scale(flow_exec_t *exec, float scale);
+
+/* Mixed precision: with on, every matmul, forward and backward, runs its
+ * GEMMs on operands rounded to bf16 with fp32 accumulation (the kernel
+ * set's matmul_bf16, flow/kernels.h); parameters, gradients and every
+ * other tensor and kernel stay fp32.  Off (the default): fp32 GEMMs.
+ * Grows the kernel scratch when the bf16 GEMMs need more (FLOW_ERR_NOMEM,
+ * the setting unchanged, when it cannot); call between passes. */
+FLOW_EXPORT flow_err_t flow_exec_set_bf16_gemms(flow_exec_t *exec, bool on,
+						flow_diag_t *diag)
+	FLOW_MUST_CHECK;
 
 /* Run ops [0, nforward) and write to *loss_out the mean of the losses
  * tensor over its elements, summed in double in index order (plain

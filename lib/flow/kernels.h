@@ -50,6 +50,47 @@ typedef void flow_matmul_backward_fn(float *dinp, float *dweight,
 				     const float *inp, const float *weight,
 				     size_t n, size_t in_dim, size_t out_dim);
 
+/* ---- matmul with bf16 GEMM operands (mixed precision) ------------------ */
+/* The matmul above, with every GEMM operand (inp, weight and, backward,
+ * dout) rounded to bf16, to nearest even, and the products summed in fp32:
+ * what a GPU's tensor cores compute for bf16 inputs with fp32
+ * accumulation, and what PyTorch's autocast does to nn.Linear.  out, bias
+ * and every gradient stay fp32; dbias sums the unrounded dout.  A product
+ * of two bf16 values is exact in fp32, so a set that rounds its operands
+ * and runs its fp32 GEMM (the CPU) computes the same sums as one with bf16
+ * hardware, differing only in the order of the fp32 additions.
+ *
+ * scratch holds at least the set's matmul_bf16_scratch_bound(n, in_dim,
+ * out_dim) bytes, 64-byte aligned, for the rounded operands; its contents
+ * need not be initialised and are garbage afterwards.  The rows are taken
+ * in panels of flow_matmul_bf16_panel_rows (below), so that the scratch
+ * for the batch's operands stays bounded however large n * out_dim (the
+ * logits) is. */
+typedef size_t flow_matmul_bf16_scratch_bound_fn(size_t n, size_t in_dim,
+						 size_t out_dim);
+typedef void flow_matmul_bf16_forward_fn(float *out, void *scratch,
+					 const float *inp, const float *weight,
+					 const float *bias, size_t n,
+					 size_t in_dim, size_t out_dim);
+typedef void flow_matmul_bf16_backward_fn(float *dinp, float *dweight,
+					  float *dbias, void *scratch,
+					  const float *dout, const float *inp,
+					  const float *weight, size_t n,
+					  size_t in_dim, size_t out_dim);
+
+/* Rows per panel of a bf16 matmul when the rounded rows of inp and dout
+ * of one panel may take `budget` elements: at least 1, at most n.  A
+ * set's scratch bound is then out_dim*in_dim + rows*(in_dim + out_dim)
+ * elements of its rounded type (the whole weight, one panel of the rest). */
+static inline size_t flow_matmul_bf16_panel_rows(size_t n, size_t in_dim,
+						 size_t out_dim, size_t budget)
+{
+	size_t width = in_dim + out_dim, rows = width ? budget / width : n;
+	if (rows < 1)
+		rows = 1;
+	return rows < n ? rows : n;
+}
+
 /* ---- token + position embedding ---------------------------------------- */
 /* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; tokens are in [0, vocab). */
 typedef void flow_embedding_forward_fn(float *out, const int32_t *tokens,
@@ -205,6 +246,9 @@ typedef struct flow_kernels {
 	const char *name; /* "cpu", "ref", "cuda" */
 	flow_matmul_forward_fn *matmul_forward;
 	flow_matmul_backward_fn *matmul_backward;
+	flow_matmul_bf16_scratch_bound_fn *matmul_bf16_scratch_bound;
+	flow_matmul_bf16_forward_fn *matmul_bf16_forward;
+	flow_matmul_bf16_backward_fn *matmul_bf16_backward;
 	flow_embedding_forward_fn *embedding_forward;
 	flow_embedding_backward_fn *embedding_backward;
 	flow_layernorm_forward_fn *layernorm_forward;
@@ -238,6 +282,11 @@ FLOW_EXPORT extern const flow_kernels_t flow_cpu_kernels;
 /* Every GEMM through cblas_sgemm. */
 FLOW_EXPORT flow_matmul_forward_fn flow_cpu_matmul_forward;
 FLOW_EXPORT flow_matmul_backward_fn flow_cpu_matmul_backward;
+/* The operands rounded to bf16 values held in floats, then the sgemms
+ * above; panels of FLOW_CPU_BF16_PANEL elements. */
+FLOW_EXPORT flow_matmul_bf16_scratch_bound_fn flow_cpu_matmul_bf16_scratch_bound;
+FLOW_EXPORT flow_matmul_bf16_forward_fn flow_cpu_matmul_bf16_forward;
+FLOW_EXPORT flow_matmul_bf16_backward_fn flow_cpu_matmul_bf16_backward;
 FLOW_EXPORT flow_embedding_forward_fn flow_cpu_embedding_forward;
 FLOW_EXPORT flow_embedding_backward_fn flow_cpu_embedding_backward;
 FLOW_EXPORT flow_layernorm_forward_fn flow_cpu_layernorm_forward;

@@ -122,6 +122,23 @@ FLOW_EXPORT flow_err_t flow_cuda_matmul_backward(float *dinp, float *dweight,
 						 flow_diag_t *diag,
 						 cudaStream_t stream) FLOW_MUST_CHECK;
 
+/* The matmul with bf16 GEMM operands (flow/kernels.h,
+ * flow_matmul_bf16_forward_fn): inp, weight and dout rounded to bf16 in
+ * scratch, cublasGemmEx with fp32 output and CUBLAS_COMPUTE_32F; bias and
+ * dbias as above, from the fp32 tensors.  scratch holds
+ * flow_cuda_matmul_bf16_scratch_bound() bytes of device memory. */
+FLOW_EXPORT size_t flow_cuda_matmul_bf16_scratch_bound(size_t n, size_t in_dim,
+						       size_t out_dim);
+FLOW_EXPORT flow_err_t flow_cuda_matmul_bf16_forward(
+	float *out, void *scratch, const float *inp, const float *weight,
+	const float *bias, size_t n, size_t in_dim, size_t out_dim,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_matmul_bf16_backward(
+	float *dinp, float *dweight, float *dbias, void *scratch,
+	const float *dout, const float *inp, const float *weight, size_t n,
+	size_t in_dim, size_t out_dim, flow_diag_t *diag,
+	cudaStream_t stream) FLOW_MUST_CHECK;
+
 /* cuBLAS's own sgemm in the row-major convention of these kernels, for
  * benchmarks (flow-bench kernel --device cuda): C[m,n] = op(A) . op(B) +
  * beta * C, op(A) the [m,k] matrix A (trans_a: A is stored [k,m] and

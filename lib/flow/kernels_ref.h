@@ -32,6 +32,9 @@ FLOW_EXPORT extern const flow_kernels_t flow_ref_kernels;
 
 FLOW_EXPORT flow_matmul_forward_fn flow_ref_matmul_forward;
 FLOW_EXPORT flow_matmul_backward_fn flow_ref_matmul_backward;
+FLOW_EXPORT flow_matmul_bf16_scratch_bound_fn flow_ref_matmul_bf16_scratch_bound;
+FLOW_EXPORT flow_matmul_bf16_forward_fn flow_ref_matmul_bf16_forward;
+FLOW_EXPORT flow_matmul_bf16_backward_fn flow_ref_matmul_bf16_backward;
 
 FLOW_EXPORT flow_embedding_forward_fn flow_ref_embedding_forward;
 FLOW_EXPORT flow_embedding_backward_fn flow_ref_embedding_backward;

@@ -7,6 +7,8 @@
 #ifndef FLOW_TENSOR_H
 #define FLOW_TENSOR_H
 
+#include <string.h>
+
 #include <flow/error.h>
 
 #ifdef __cplusplus
@@ -42,6 +44,22 @@ FLOW_EXPORT flow_err_t flow_dtype_parse(const char *text,
  * overflow rounds to infinity, f16 subnormals are exact. */
 FLOW_EXPORT uint16_t flow_f32_to_bf16(float x);
 FLOW_EXPORT float flow_bf16_to_f32(uint16_t x);
+/* x rounded to the nearest bf16 (ties to even) and back: the float whose
+ * bits are flow_f32_to_bf16(x) << 16.  Inline and branch-free, so that a
+ * loop rounding a whole tensor (bf16 mixed precision on the CPU)
+ * vectorises; flow_f32_to_bf16 is this. */
+static inline float flow_round_bf16(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof(u));
+	const bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+	/* NaN: keep it, made quiet; else add 0x7fff plus the bit that becomes
+	 * the lsb, which rounds to nearest even. */
+	u = is_nan ? u | 0x00400000u : u + 0x7fffu + ((u >> 16) & 1u);
+	u &= 0xffff0000u;
+	memcpy(&x, &u, sizeof(x));
+	return x;
+}
 FLOW_EXPORT uint16_t flow_f32_to_f16(float x);
 FLOW_EXPORT float flow_f16_to_f32(uint16_t x);
 

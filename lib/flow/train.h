@@ -28,9 +28,11 @@ extern "C" {
 
 /* The arithmetic of a run.  fp32: every tensor and every GEMM in true
  * fp32 (no TF32 on a GPU), comparable with the CPU to float rounding.
- * bf16 (CUDA only): bf16 activations and GEMM inputs with fp32
- * accumulation, fp32 master weights and AdamW state, which is what a
- * checkpoint holds either way. */
+ * bf16: every matmul's GEMM operands rounded to bf16 with fp32
+ * accumulation (flow_exec_set_bf16_gemms): tensor cores on a GPU, the
+ * same sums emulated on the CPU (slower than fp32 there: for checking a
+ * GPU run); fp32 master weights, gradients and AdamW state, which is what
+ * a checkpoint holds either way. */
 typedef enum {
 	FLOW_PRECISION_FP32 = 0,
 	FLOW_PRECISION_BF16 = 1,
@@ -70,7 +72,7 @@ typedef struct flow_train_config {
 	 * [cpu].  cuda: each rank takes the GPU of its local rank
 	 * (flow/device.h; flow-train(1), GPU BINDING). */
 	flow_device_kind_t device;
-	flow_precision_t precision; /* [fp32]; bf16 needs device cuda */
+	flow_precision_t precision; /* [fp32] */
 	/* cuda only: stage every collective through host memory with the
 	 * CPU backend instead of NCCL, which lets several ranks share one
 	 * GPU (to test parallel plans on one GPU). */

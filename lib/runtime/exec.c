@@ -157,26 +157,50 @@ static void exec_op_dims(const flow_graph_t *g, const flow_graph_op_t *op,
 	}
 }
 
-/* Bytes of scratch op needs from this kernel set: only attention's backward
- * needs any, and each set says how much (the reference kernel keeps its
- * sums in double), so not the op definition's figure, which is the
- * gradient of the probabilities in f32. */
+/* Bytes of scratch op needs from this kernel set: attention's backward
+ * pass, and every matmul with bf16 GEMMs, for its rounded operands; each
+ * set says how much (the reference attention keeps its sums in double), so
+ * not the op definition's figure, which is the gradient of the
+ * probabilities in f32. */
 static size_t exec_op_scratch(const flow_exec_t *x, const flow_graph_op_t *op)
 {
 	size_t d[DIM_COUNT];
 
-	if (op->kind != FLOW_OP_ATTENTION_BACKWARD)
+	switch (op->kind) {
+	case FLOW_OP_ATTENTION_BACKWARD:
+		exec_op_dims(x->g, op, d);
+		return x->kernels->attention_scratch_bound(d[DIM_B], d[DIM_T],
+							   d[DIM_C], d[DIM_NH]);
+	case FLOW_OP_MATMUL:
+	case FLOW_OP_MATMUL_BACKWARD:
+		if (!x->bf16_gemms)
+			return 0;
+		exec_op_dims(x->g, op, d);
+		return x->kernels->matmul_bf16_scratch_bound(d[DIM_N], d[DIM_IN],
+							     d[DIM_OUT]);
+	default:
 		return 0;
-	exec_op_dims(x->g, op, d);
-	return x->kernels->attention_scratch_bound(d[DIM_B], d[DIM_T],
-						   d[DIM_C], d[DIM_NH]);
+	}
+}
+
+/* The scratch the largest op needs. */
+static size_t exec_scratch_bytes(const flow_exec_t *x)
+{
+	size_t scratch = 0;
+
+	for (size_t i = 0; i < x->g->nops; i++) {
+		size_t s = exec_op_scratch(x, &x->g->ops[i]);
+		if (s > scratch)
+			scratch = s;
+	}
+	return scratch;
 }
 
 static flow_err_t exec_alloc(flow_exec_t *x, flow_diag_t *diag)
 {
 	const flow_graph_t *g = x->g;
 	const flow_exec_storage_t *st = x->storage;
-	size_t n = g->ntensors ? g->ntensors : 1, input_bytes = 0, scratch = 0;
+	size_t n = g->ntensors ? g->ntensors : 1, input_bytes = 0;
 	size_t *offset = calloc(n, sizeof(*offset));
 	flow_err_t err;
 
@@ -188,17 +212,13 @@ static flow_err_t exec_alloc(flow_exec_t *x, flow_diag_t *diag)
 	err = exec_layout_persistent(x, offset, &input_bytes, diag);
 	if (err != FLOW_OK)
 		goto out_free_offset;
-	for (size_t i = 0; i < g->nops; i++) {
-		size_t s = exec_op_scratch(x, &g->ops[i]);
-		if (s > scratch)
-			scratch = s;
-	}
+	x->scratch_bytes = exec_scratch_bytes(x);
 	/* All zeroed, so no step can depend on what the allocator left. */
 	x->params = st->alloc(x->param_bytes);
 	x->param_grads = st->alloc(x->grad_bytes);
 	x->inputs = st->alloc(input_bytes);
 	x->arena = st->alloc(x->plan.arena_bytes);
-	x->scratch = st->alloc(scratch);
+	x->scratch = st->alloc(x->scratch_bytes);
 	if (!x->params || !x->param_grads || !x->inputs || !x->arena ||
 	    !x->scratch)
 		goto out_nomem;
@@ -369,6 +389,11 @@ void *flow_exec_tensor(flow_exec_t *x, int t)
 	return x->ptr[t];
 }
 
+size_t flow_exec_scratch_bytes(const flow_exec_t *x)
+{
+	return x->scratch_bytes;
+}
+
 const flow_exec_storage_t *flow_exec_storage(const flow_exec_t *x)
 {
 	return x->storage;
@@ -417,6 +442,25 @@ flow_err_t flow_exec_tensor_download(flow_exec_t *x, int t, void *dst,
 void flow_exec_set_loss_scale(flow_exec_t *x, float scale)
 {
 	x->loss_scale = scale;
+}
+
+flow_err_t flow_exec_set_bf16_gemms(flow_exec_t *x, bool on, flow_diag_t *diag)
+{
+	x->bf16_gemms = on;
+	size_t need = exec_scratch_bytes(x);
+	if (need <= x->scratch_bytes)
+		return FLOW_OK;
+	void *scratch = x->storage->alloc(need);
+	if (!scratch) {
+		x->bf16_gemms = !on;
+		return flow_diag_set(diag, FLOW_ERR_NOMEM,
+				     "out of memory for %zu bytes of bf16 "
+				     "matmul scratch", need);
+	}
+	x->storage->free(x->scratch);
+	x->scratch = scratch;
+	x->scratch_bytes = need;
+	return FLOW_OK;
 }
 
 /* ---- parameters ---------------------------------------------------------------- */
@@ -561,12 +605,24 @@ static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o,
 				      in[2], in[3], in[4], d[DIM_N], d[DIM_C]);
 		break;
 	case FLOW_OP_MATMUL:
-		k->matmul_forward(out[0], in[0], in[1], in[2], d[DIM_N],
-				  d[DIM_IN], d[DIM_OUT]);
+		if (x->bf16_gemms)
+			k->matmul_bf16_forward(out[0], x->scratch, in[0], in[1],
+					       in[2], d[DIM_N], d[DIM_IN],
+					       d[DIM_OUT]);
+		else
+			k->matmul_forward(out[0], in[0], in[1], in[2], d[DIM_N],
+					  d[DIM_IN], d[DIM_OUT]);
 		break;
 	case FLOW_OP_MATMUL_BACKWARD:
-		k->matmul_backward(out[0], out[1], out[2], in[0], in[1], in[2],
-				   d[DIM_N], d[DIM_IN], d[DIM_OUT]);
+		if (x->bf16_gemms)
+			k->matmul_bf16_backward(out[0], out[1], out[2],
+						x->scratch, in[0], in[1], in[2],
+						d[DIM_N], d[DIM_IN],
+						d[DIM_OUT]);
+		else
+			k->matmul_backward(out[0], out[1], out[2], in[0], in[1],
+					   in[2], d[DIM_N], d[DIM_IN],
+					   d[DIM_OUT]);
 		break;
 	case FLOW_OP_ATTENTION:
 		k->attention_forward(out[0], out[1], in[0], d[DIM_B], d[DIM_T],

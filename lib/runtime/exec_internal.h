@@ -51,7 +51,8 @@ struct flow_exec {
 					     * scratch, dist_scratch */
 	flow_memplan_t plan;
 	void *params, *param_grads, *inputs, *arena, *scratch;
-	size_t param_bytes, grad_bytes;
+	size_t param_bytes, grad_bytes, scratch_bytes;
+	bool bf16_gemms;     /* flow_exec_set_bf16_gemms */
 	void **ptr;          /* per tensor */
 	exec_op_t *ops;
 	exec_zero_t *zeros;

@@ -228,6 +228,9 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 					    &t->exec, diag);
 	}
 	if (err == FLOW_OK)
+		err = flow_exec_set_bf16_gemms(
+			t->exec, c->precision == FLOW_PRECISION_BF16, diag);
+	if (err == FLOW_OK)
 		err = flow_zero_new(c->plan, &t->graph,
 				    t->localized ? &t->local : NULL,
 				    t->dp_rank, t->dp_size, &t->zero, diag);
@@ -467,10 +470,11 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 		     "scratch %.1f MiB\n",
 		mib(pbytes), mib(pbytes), mib(2 * shard_elems * sizeof(float)),
 		mib(mp->arena_bytes),
-		mib(mp->unshared_bytes), mib(mp->scratch_bytes));
+		mib(mp->unshared_bytes), mib(flow_exec_scratch_bytes(t->exec)));
 	trainer_describe_device(t, out);
-	fprintf(out, "# kernels %s; model %.3g GFLOP per step",
-		flow_exec_kernels(t->exec)->name, t->flops_per_step / 1e9);
+	fprintf(out, "# kernels %s, precision %s; model %.3g GFLOP per step",
+		flow_exec_kernels(t->exec)->name,
+		flow_precision_name(c->precision), t->flops_per_step / 1e9);
 	if (c->peak_gflops > 0)
 		fprintf(out, "; peak %.1f GFLOP/s (%s)", c->peak_gflops,
 			t->peak_source ? t->peak_source : "sgemm");

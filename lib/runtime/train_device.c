@@ -79,14 +79,8 @@ flow_err_t trainer_open_device(flow_trainer_t *t, flow_diag_t *diag)
 	int visible = 0;
 	flow_err_t err;
 
-	if (c->device == FLOW_DEVICE_CPU) {
-		if (c->precision != FLOW_PRECISION_FP32)
-			return flow_diag_set(diag, FLOW_ERR_USAGE,
-					     "precision %s needs device cuda "
-					     "(the CPU trains in fp32)",
-					     flow_precision_name(c->precision));
+	if (c->device == FLOW_DEVICE_CPU)
 		return FLOW_OK;
-	}
 	rank_prefix(t, who, sizeof who);
 	if ((err = flow_cuda_count(&visible, &local)) != FLOW_OK)
 		return flow_diag_set(diag, err, "%s%s", who,
@@ -104,11 +98,6 @@ flow_err_t trainer_open_device(flow_trainer_t *t, flow_diag_t *diag)
 			&t->peak_source);
 	/* What the CUDA executor does not run yet, said before anything is
 	 * built rather than found half-way. */
-	if (c->precision != FLOW_PRECISION_FP32)
-		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
-				     "%sprecision %s is not in the CUDA "
-				     "executor yet: use --precision fp32",
-				     who, flow_precision_name(c->precision));
 	if (plan_localized(c->plan) && !c->host_comm)
 		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
 				     "%sthe boxing of a tensor-parallel plan "

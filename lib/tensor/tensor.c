@@ -74,12 +74,7 @@ static float f32_from_bits(uint32_t u)
 
 uint16_t flow_f32_to_bf16(float x)
 {
-	uint32_t u = f32_bits(x);
-	if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it, make it quiet */
-		return (uint16_t)((u >> 16) | 0x0040u);
-	/* Round to nearest even: add 0x7fff plus the bit that becomes the lsb. */
-	u += 0x7fffu + ((u >> 16) & 1u);
-	return (uint16_t)(u >> 16);
+	return (uint16_t)(f32_bits(flow_round_bf16(x)) >> 16);
 }
 
 float flow_bf16_to_f32(uint16_t x)

@@ -95,14 +95,25 @@ real_binary() {
 	assert_usage_error flow-train "--device: unknown device 'gpu' (expected cpu or cuda)"
 	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --precision fp16
 	assert_usage_error flow-train "--precision: unknown precision 'fp16' (expected fp32 or bf16)"
-	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --precision bf16
-	assert_usage_error flow-train "--precision bf16 needs --device cuda (the CPU trains in fp32)"
 	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --comm mpi
 	assert_usage_error flow-train "--comm: unknown backend 'mpi' (expected nccl or cpu)"
 	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --comm nccl
 	assert_usage_error flow-train "--comm nccl needs --device cuda"
 	run -2 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --device cuda --kernels ref
 	assert_usage_error flow-train "--kernels ref runs on the CPU: it cannot go with --device cuda"
+}
+
+@test "--precision bf16 on the CPU rounds the GEMM operands: near fp32, not equal" {
+	run -0 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --steps 3 --precision fp32
+	local fp32=$output
+	run -0 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --steps 3 --precision bf16
+	grep -q '^# kernels cpu, precision bf16;' <<<"$output"
+	grep -q '^# kernels cpu, precision fp32;' <<<"$fp32"
+	# Losses within 1e-3 relative of fp32's, and not the same numbers.
+	paste <(tsv_rows "$fp32" | cut -f3) <(tsv_rows "$output" | cut -f3) |
+		awk -F'\t' '{ d = $2 - $1; if (d < 0) d = -d; if (d > 1e-3 * $1) bad = 1;
+			if ($1 != $2) differ = 1; n++ }
+			END { exit !(n == 3 && !bad && differ) }'
 }
 
 @test "--device cpu and --comm cpu are the CPU run as before" {
@@ -122,9 +133,10 @@ real_binary() {
 		[ "${#stderr_lines[@]}" -eq 1 ]
 		[[ ${stderr_lines[0]} =~ ^flow-train:\ (no\ usable\ CUDA|this\ build\ of\ flow\ has\ no\ CUDA) ]]
 	fi
-	# bf16 from the plan with the CPU from the command line: refused.
-	run -2 --separate-stderr flow-train --plan cuda.plan --data "$DATA" --steps 1 --device cpu
-	assert_usage_error flow-train "--precision bf16 needs --device cuda (the CPU trains in fp32)"
+	# bf16 from the plan with the CPU from the command line: bf16 on the CPU.
+	run -0 --separate-stderr flow-train --plan cuda.plan --data "$DATA" --steps 1 --device cpu \
+		--peak-gflops 0
+	grep -q '^# kernels cpu, precision bf16;' <<<"$output"
 	run -0 --separate-stderr flow-train --plan cuda.plan --data "$DATA" --steps 1 --peak-gflops 0 \
 		--device cpu --precision fp32
 	tsv_rows "$output" | grep -q '^1	train	'

@@ -4,9 +4,9 @@
 # clipping, from the same initial weights on the same batches; losses,
 # learning rates, gradient norms, the step-1 gradients and the final
 # weights and AdamW moments must agree (tests/ref/README.md gives the
-# tolerances).  Needs Debian's python3-torch for /usr/bin/python3; the tests
-# are skipped without it.  Also checks that the checker fails when flow's
-# numbers are perturbed.
+# tolerances), in fp32 and with bf16 GEMM operands.  Needs Debian's
+# python3-torch for /usr/bin/python3; the tests are skipped without it.
+# Also checks that the checker fails when flow's numbers are perturbed.
 
 bats_require_minimum_version 1.5.0
 load common
@@ -41,6 +41,25 @@ parity() {
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"parameters with their shapes (Vp 288)"* ]]
 	[[ "${lines[-1]}" == "PASS: "* ]]
+}
+
+@test "flow-train --precision bf16 matches PyTorch with bf16 GEMM operands" {
+	# PyTorch rounds the same operands (torch_gpt.bf16_linear); the
+	# tolerances are bf16's (gpt_parity.py, TOLERANCES).
+	parity --precision bf16
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"ok    step-1 gradients: worst "* ]]
+	[[ "${lines[-1]}" == "PASS: flow-train matches PyTorch over 20 steps"* ]]
+}
+
+@test "the bf16 parity check fails on an fp32 run" {
+	# flow-train in fp32, then its outputs against bf16 PyTorch: the bf16
+	# tolerances still tell the two precisions apart.
+	parity
+	[ "$status" -eq 0 ]
+	parity --precision bf16 --reuse
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"FAIL  step-1 gradients: worst "* ]]
 }
 
 @test "the parity check fails on a loss off by 1e-4" {

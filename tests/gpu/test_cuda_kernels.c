@@ -32,6 +32,12 @@
  * - matmul: cuBLAS and OpenBLAS sum K <= 1024 products in different orders;
  *   expected difference ~sqrt(K) * eps * |partial sums| ~ 1e-5:
  *   atol 1e-4, rtol 1e-4 (out, dinp, dweight, dbias).
+ * - matmul with bf16 operands (the logits' shape, 2048 x 768 x 50304):
+ *   both sides round the same fp32 operands to bf16 (nearest even) and
+ *   the products are exact, so only the order of the fp32 sums differs
+ *   (dinp: 50304 of them): atol 1e-3, rtol 1e-3 (dbias, an fp32 column
+ *   sum as above: 1e-4); an operand left unrounded moves a sum by about
+ *   sqrt(K) * 2^-9 of its terms, over 1e-2.
  * - layernorm: double statistics on both sides, float element-wise steps
  *   in the same order: atol 1e-5, rtol 1e-5 (out, mean, rstd, dinp);
  *   dweight/dbias double sums over rows: atol 1e-5, rtol 1e-5.
@@ -280,11 +286,29 @@ static void report(const check_t *c, double time_us)
 #define TVOCAB 1000 /* embedding vocabulary: tokens repeat */
 #define TN (TB * TT)
 
-static void test_matmul(bool with_bias)
+/* bf16 GEMM operands are checked at the logits' shape of a GPT-2 batch
+ * (two panels of rows on the GPU), against the CPU's bf16 matmul: the same
+ * rounded operands and exact products on both sides, fp32 sums in
+ * different orders (dinp sums out = 50304 products). */
+#define BF16_N 2048
+#define BF16_OUT 50304
+
+/* The shape, and the tolerance of the GEMM results, of a matmul test. */
+static void matmul_case(bool bf16, size_t *n, size_t *in, size_t *out,
+			double *tol)
 {
-	const size_t n = TN, in = TC, out = 3 * TC;
+	*n = bf16 ? BF16_N : TN;
+	*in = TC;
+	*out = bf16 ? BF16_OUT : 3 * TC;
+	*tol = bf16 ? 1e-3 : 1e-4;
+}
+
+static void test_matmul(bool with_bias, bool bf16)
+{
+	size_t n, in, out;
+	double tol, us = 0.0;
+	matmul_case(bf16, &n, &in, &out, &tol);
 	check_t c;
-	double us = 0.0;
 	float *inp = host_rand(n * in, -1.0f, 1.0f);
 	float *w = host_rand(out * in, -1.0f, 1.0f);
 	float *b = host_rand(out, -1.0f, 1.0f);
@@ -293,23 +317,41 @@ static void test_matmul(bool with_bias)
 	float *d_w = dev_floats(w, out * in);
 	float *d_b = with_bias ? dev_floats(b, out) : NULL;
 	float *d_out = dev_alloc(n * out * sizeof(float));
+	const float *hb = with_bias ? b : NULL;
 
-	check_init(&c, with_bias ? "matmul_forward" : "matmul_forward_nobias");
-	flow_cpu_matmul_forward(ref, inp, w, with_bias ? b : NULL, n, in, out);
-	CU(flow_cuda_matmul_forward(d_out, d_inp, d_w, d_b, n, in, out,
-				    &g_diag, g_stream));
-	check_floats(&c, "out", ref, d_out, n * out, 1e-4, 1e-4);
-	TIME_US(us, flow_cuda_matmul_forward(d_out, d_inp, d_w, d_b, n, in,
-					     out, &g_diag, g_stream));
+	check_init(&c, bf16 ? "matmul_bf16_forward" :
+		       with_bias ? "matmul_forward" : "matmul_forward_nobias");
+	if (bf16) {
+		void *scratch = host_alloc(flow_cpu_matmul_bf16_scratch_bound(n, in, out));
+		void *d_scratch = dev_alloc(flow_cuda_matmul_bf16_scratch_bound(n, in, out));
+		flow_cpu_matmul_bf16_forward(ref, scratch, inp, w, hb, n, in, out);
+		CU(flow_cuda_matmul_bf16_forward(d_out, d_scratch, d_inp, d_w,
+						 d_b, n, in, out, &g_diag,
+						 g_stream));
+		check_floats(&c, "out", ref, d_out, n * out, tol, tol);
+		TIME_US(us, flow_cuda_matmul_bf16_forward(d_out, d_scratch,
+							  d_inp, d_w, d_b, n,
+							  in, out, &g_diag,
+							  g_stream));
+	} else {
+		flow_cpu_matmul_forward(ref, inp, w, hb, n, in, out);
+		CU(flow_cuda_matmul_forward(d_out, d_inp, d_w, d_b, n, in, out,
+					    &g_diag, g_stream));
+		check_floats(&c, "out", ref, d_out, n * out, tol, tol);
+		TIME_US(us, flow_cuda_matmul_forward(d_out, d_inp, d_w, d_b, n,
+						     in, out, &g_diag,
+						     g_stream));
+	}
 	report(&c, us);
 	free_all();
 }
 
-static void test_matmul_backward(void)
+static void test_matmul_backward(bool bf16)
 {
-	const size_t n = TN, in = TC, out = 3 * TC;
+	size_t n, in, out;
+	double tol, us = 0.0;
+	matmul_case(bf16, &n, &in, &out, &tol);
 	check_t c;
-	double us = 0.0;
 	float *inp = host_rand(n * in, -1.0f, 1.0f);
 	float *w = host_rand(out * in, -1.0f, 1.0f);
 	float *dout = host_rand(n * out, -1.0f, 1.0f);
@@ -324,16 +366,37 @@ static void test_matmul_backward(void)
 	float *d_dw = dev_floats(dw, out * in);
 	float *d_db = dev_floats(db, out);
 
-	check_init(&c, "matmul_backward");
-	flow_cpu_matmul_backward(dinp, dw, db, dout, inp, w, n, in, out);
-	CU(flow_cuda_matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, n,
-				     in, out, &g_diag, g_stream));
-	check_floats(&c, "dinp", dinp, d_dinp, n * in, 1e-4, 1e-4);
-	check_floats(&c, "dweight", dw, d_dw, out * in, 1e-4, 1e-4);
+	void *d_scratch = NULL;
+
+	check_init(&c, bf16 ? "matmul_bf16_backward" : "matmul_backward");
+	if (bf16) {
+		void *scratch = host_alloc(flow_cpu_matmul_bf16_scratch_bound(n, in, out));
+		d_scratch = dev_alloc(flow_cuda_matmul_bf16_scratch_bound(n, in, out));
+		flow_cpu_matmul_bf16_backward(dinp, dw, db, scratch, dout, inp,
+					      w, n, in, out);
+		CU(flow_cuda_matmul_bf16_backward(d_dinp, d_dw, d_db, d_scratch,
+						  d_dout, d_inp, d_w, n, in,
+						  out, &g_diag, g_stream));
+	} else {
+		flow_cpu_matmul_backward(dinp, dw, db, dout, inp, w, n, in, out);
+		CU(flow_cuda_matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp,
+					     d_w, n, in, out, &g_diag,
+					     g_stream));
+	}
+	check_floats(&c, "dinp", dinp, d_dinp, n * in, tol, tol);
+	check_floats(&c, "dweight", dw, d_dw, out * in, tol, tol);
+	/* dbias: the fp32 column sums either way. */
 	check_floats(&c, "dbias", db, d_db, out, 1e-4, 1e-4);
-	TIME_US(us, flow_cuda_matmul_backward(d_dinp, d_dw, d_db, d_dout,
-					      d_inp, d_w, n, in, out, &g_diag,
-					      g_stream));
+	if (bf16)
+		TIME_US(us, flow_cuda_matmul_bf16_backward(
+				    d_dinp, d_dw, d_db, d_scratch, d_dout,
+				    d_inp, d_w, n, in, out, &g_diag,
+				    g_stream));
+	else
+		TIME_US(us, flow_cuda_matmul_backward(d_dinp, d_dw, d_db,
+						      d_dout, d_inp, d_w, n,
+						      in, out, &g_diag,
+						      g_stream));
 	report(&c, us);
 	free_all();
 }
@@ -813,9 +876,11 @@ int main(void)
 	printf("kernel\tpass\tmax_abs_err\tmax_rel_err\twrong\ttime_us\n");
 	fflush(stdout);
 
-	test_matmul(true);
-	test_matmul(false);
-	test_matmul_backward();
+	test_matmul(true, false);
+	test_matmul(false, false);
+	test_matmul_backward(false);
+	test_matmul(true, true);
+	test_matmul_backward(true);
 	test_embedding();
 	test_layernorm();
 	test_gelu();

@@ -48,6 +48,13 @@ def i32(t):
 
 # ---- one function per op; each returns {case name: {array name: array}} ----
 
+def linear_inputs(g, n, i, o):
+    """inp, weight, bias and dout of an nn.Linear case, drawn in order."""
+    inp = randn(g, n, i)
+    w = randn(g, o, i, scale=1.0 / math.sqrt(i))
+    return inp, w, randn(g, o), randn(g, n, o)
+
+
 def matmul_cases():
     cases = {}
     for name, (n, i, o, has_bias, seed) in {
@@ -56,11 +63,7 @@ def matmul_cases():
         "matmul_nobias": (64, 48, 33, False, 3),
         "matmul_wide": (40, 96, 72, True, 4),
     }.items():
-        g = gen(seed)
-        inp = randn(g, n, i)
-        w = randn(g, o, i, scale=1.0 / math.sqrt(i))
-        b = randn(g, o)
-        dout = randn(g, n, o)
+        inp, w, b, dout = linear_inputs(gen(seed), n, i, o)
         x = inp.to(F64).requires_grad_()
         wd = w.to(F64).requires_grad_()
         bd = b.to(F64).requires_grad_() if has_bias else None
@@ -72,6 +75,37 @@ def matmul_cases():
         if has_bias:
             a["bias"] = f32(b)
             a["dbias"] = f32(bd.grad)
+        cases[name] = a
+    return cases
+
+
+def bf16(t):
+    """t rounded to bfloat16 (to nearest even) and back, in float64."""
+    return t.to(torch.bfloat16).to(F64)
+
+
+def matmul_bf16_cases():
+    """nn.Linear with bf16 GEMM operands and exact (float64) sums: what
+    tensor cores compute for bf16 inputs with fp32 accumulation, to
+    rounding.  inp, weight and dout are rounded to bf16 before every
+    product; dbias sums the unrounded dout."""
+    cases = {}
+    for name, (n, i, o, has_bias, seed) in {
+        "matmul_bf16_small": (37, 19, 23, True, 5),
+        "matmul_bf16_nobias": (64, 48, 33, False, 6),
+        "matmul_bf16_wide": (40, 96, 72, True, 7),
+    }.items():
+        inp, w, b, dout = linear_inputs(gen(seed), n, i, o)
+        x, wd, gd = bf16(inp), bf16(w), bf16(dout)
+        out = x @ wd.T
+        if has_bias:
+            out = out + b.to(F64)
+        a = {"dims": np.array([n, i, o], np.int32), "inp": f32(inp),
+             "weight": f32(w), "dout": f32(dout), "out": f32(out),
+             "dinp": f32(gd @ wd), "dweight": f32(gd.T @ x)}
+        if has_bias:
+            a["bias"] = f32(b)
+            a["dbias"] = f32(dout.to(F64).sum(0))
         cases[name] = a
     return cases
 
@@ -283,7 +317,7 @@ def main(argv):
     os.makedirs(outdir, exist_ok=True)
     torch.set_num_threads(1)
     total = 0
-    for make in (matmul_cases, embedding_cases, layernorm_cases, gelu_cases,
+    for make in (matmul_cases, matmul_bf16_cases, embedding_cases, layernorm_cases, gelu_cases,
                  attention_cases, residual_cases, cross_entropy_cases,
                  adamw_cases, grad_norm_cases):
         for name, arrays in make().items():

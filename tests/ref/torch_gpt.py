@@ -22,7 +22,9 @@ What it holds, each written from flow's own definitions:
 - gpt_forward: GPT-2 exactly as flow builds it: x = wte[tokens] + wpe[:T];
   pre-LayerNorm blocks (eps 1e-5) with causal attention from a fused c_attn
   and GELU(tanh) MLP; logits = ln_f(x) @ wte^T over the padded vocabulary
-  Vp; cross-entropy over the first V columns only.
+  Vp; cross-entropy over the first V columns only.  With linear=
+  bf16_linear, every GEMM takes bf16-rounded operands as flow's
+  --precision bf16 does (flow/kernels.h, matmul with bf16 GEMM operands).
 - lr_at: flow_lr_at (lib/flow/optim.h), in double, rounded to float once.
 - Trainer: K micro-batches per step, each micro-batch's mean loss scaled by
   1/K before backward; clip_grad_norm_ (clip 0 = measure only);
@@ -388,9 +390,42 @@ def read_flow_tsv(text):
 
 # ---- the model ---------------------------------------------------------------
 
-def gpt_forward(p, cfg, idx, targets=None):
-    """Forward of GPT-2 on idx [B,T] with parameters p {name: tensor}.
-    Returns (logits [B,T,Vp], mean cross-entropy over the first V columns or
+def _round_bf16(t):
+    """t rounded to bfloat16 (to nearest even), in t's own dtype."""
+    return t.to(torch.bfloat16).to(t.dtype)
+
+
+class _Bf16Linear(torch.autograd.Function):
+    """F.linear whose GEMM operands (x, w and, backward, the output's
+    gradient) are rounded to bfloat16 while the products are summed in
+    the inputs' dtype: flow's bf16 matmul.  The bias and its gradient
+    stay unrounded."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xr, wr = _round_bf16(x), _round_bf16(w)
+        ctx.save_for_backward(xr, wr)
+        ctx.has_bias = b is not None
+        return F.linear(xr, wr, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        xr, wr = ctx.saved_tensors
+        gr = _round_bf16(g)
+        g2 = gr.reshape(-1, gr.shape[-1])
+        dw = g2.T @ xr.reshape(-1, xr.shape[-1])
+        db = g.reshape(-1, g.shape[-1]).sum(0) if ctx.has_bias else None
+        return gr @ wr, dw, db
+
+
+def bf16_linear(x, w, b=None):
+    return _Bf16Linear.apply(x, w, b)
+
+
+def gpt_forward(p, cfg, idx, targets=None, linear=F.linear):
+    """Forward of GPT-2 on idx [B,T] with parameters p {name: tensor}, its
+    projections through linear (F.linear, or bf16_linear).  Returns
+    (logits [B,T,Vp], mean cross-entropy over the first V columns or
     None)."""
     B, T = idx.shape
     C, NH, V = cfg["dim"], cfg["heads"], cfg["vocab"]
@@ -401,8 +436,8 @@ def gpt_forward(p, cfg, idx, targets=None):
         h = f"h.{i}."
         a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"],
                          LN_EPS)
-        qkv = F.linear(a, p[h + "attn.c_attn.weight"],
-                       p[h + "attn.c_attn.bias"])
+        qkv = linear(a, p[h + "attn.c_attn.weight"],
+                     p[h + "attn.c_attn.bias"])
         q, k, v = qkv.split(C, dim=2)
         q = q.view(B, T, NH, hs).transpose(1, 2)
         k = k.view(B, T, NH, hs).transpose(1, 2)
@@ -410,16 +445,16 @@ def gpt_forward(p, cfg, idx, targets=None):
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + F.linear(y, p[h + "attn.c_proj.weight"],
-                         p[h + "attn.c_proj.bias"])
+        x = x + linear(y, p[h + "attn.c_proj.weight"],
+                       p[h + "attn.c_proj.bias"])
         m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"],
                          LN_EPS)
-        m = F.gelu(F.linear(m, p[h + "mlp.c_fc.weight"],
-                            p[h + "mlp.c_fc.bias"]), approximate="tanh")
-        x = x + F.linear(m, p[h + "mlp.c_proj.weight"],
-                         p[h + "mlp.c_proj.bias"])
+        m = F.gelu(linear(m, p[h + "mlp.c_fc.weight"],
+                          p[h + "mlp.c_fc.bias"]), approximate="tanh")
+        x = x + linear(m, p[h + "mlp.c_proj.weight"],
+                       p[h + "mlp.c_proj.bias"])
     x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], LN_EPS)
-    logits = F.linear(x, p["wte"])
+    logits = linear(x, p["wte"])
     loss = None
     if targets is not None:
         loss = F.cross_entropy(logits[..., :V].reshape(-1, V),
@@ -477,14 +512,18 @@ class Trainer:
     """The training loop of flow-train in PyTorch, from given weights."""
 
     def __init__(self, cfg, weights, hp, dtype=torch.float32, device="cpu",
-                 autocast=None, compile_model=False):
+                 autocast=None, compile_model=False, bf16_gemms=False):
         """autocast: None, or a dtype (torch.bfloat16) the forward pass
         runs in under torch.autocast, weights staying dtype;
-        compile_model: the forward through torch.compile."""
+        compile_model: the forward through torch.compile; bf16_gemms:
+        every projection through bf16_linear (flow's --precision bf16)."""
         self.cfg, self.hp = cfg, hp
         self.device, self.autocast = torch.device(device), autocast
-        self.forward = torch.compile(gpt_forward) if compile_model \
-            else gpt_forward
+        forward = gpt_forward
+        if bf16_gemms:
+            def forward(p, cfg, idx, targets=None):
+                return gpt_forward(p, cfg, idx, targets, linear=bf16_linear)
+        self.forward = torch.compile(forward) if compile_model else forward
         self.names = [n for n, _ in param_shapes(cfg)]
         self.params = {}
         for name, shape in param_shapes(cfg):

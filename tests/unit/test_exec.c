@@ -118,6 +118,9 @@ static void test_exec_kernel_tables_are_filled(void **state)
 	} while (0)
 	ASSERT_MEMBER(matmul_forward);
 	ASSERT_MEMBER(matmul_backward);
+	ASSERT_MEMBER(matmul_bf16_scratch_bound);
+	ASSERT_MEMBER(matmul_bf16_forward);
+	ASSERT_MEMBER(matmul_bf16_backward);
 	ASSERT_MEMBER(embedding_forward);
 	ASSERT_MEMBER(embedding_backward);
 	ASSERT_MEMBER(layernorm_forward);
@@ -307,15 +310,29 @@ static void test_exec_runs_the_kernels_of_its_set(void **state)
 	assert_true(memcmp(cpu, ref, sizeof(cpu)) != 0);
 }
 
-static void test_exec_cpu_matches_reference(void **state)
+static float *param_grads_copy(flow_exec_t *x);
+static size_t param_grads_count(const flow_graph_t *g);
+
+/* One step of the one-block GPT on the CPU and reference sets, with
+ * fp32 or bf16 GEMMs: the loss and every parameter gradient agree to the
+ * tolerance; the reference's gradients, into *grads (free them) and
+ * their count into *ngrads. */
+static void cpu_matches_reference(bool bf16, float **grads, size_t *ngrads)
 {
+	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_graph_t g;
 	double worst = 0.0;
 
-	(void)state;
 	graphutil_gpt_build(&g, &gpt_one_block, true);
 	flow_exec_t *cpu = exec_new(&g, FLOW_KERNELS_CPU);
 	flow_exec_t *ref = exec_new(&g, FLOW_KERNELS_REF);
+	size_t fp32_scratch = flow_exec_scratch_bytes(cpu);
+	if (flow_exec_set_bf16_gemms(cpu, bf16, &diag) != FLOW_OK ||
+	    flow_exec_set_bf16_gemms(ref, bf16, &diag) != FLOW_OK)
+		fail_msg("%s", flow_diag_message(&diag));
+	/* The bf16 GEMMs' rounded operands need scratch of their own. */
+	assert_true(bf16 ? flow_exec_scratch_bytes(cpu) > fp32_scratch
+			 : flow_exec_scratch_bytes(cpu) == fp32_scratch);
 	exec_feed(cpu);
 	exec_feed(ref);
 	double lc = exec_step(cpu), lr = exec_step(ref);
@@ -347,11 +364,51 @@ static void test_exec_cpu_matches_reference(void **state)
 		assert_true(nonzero); /* every parameter gets a gradient */
 	}
 	if (getenv("FLOW_TEST_VERBOSE"))
-		print_message("cpu vs ref: worst error %.3g of the tolerance\n",
-			      worst);
+		print_message("cpu vs ref (%s GEMMs): worst error %.3g of the "
+			      "tolerance\n", bf16 ? "bf16" : "fp32", worst);
+	*grads = param_grads_copy(ref);
+	*ngrads = param_grads_count(&g);
 	flow_exec_free(cpu);
 	flow_exec_free(ref);
 	flow_graph_release(&g);
+}
+
+static void test_exec_cpu_matches_reference(void **state)
+{
+	float *grads;
+	size_t n;
+
+	(void)state;
+	cpu_matches_reference(false, &grads, &n);
+	free(grads);
+}
+
+/* Mixed precision: the same agreement with bf16 GEMMs, and gradients
+ * that are not the fp32 ones (the operands were rounded) but near them:
+ * in the L2 norm of the difference, above fp32 rounding and below 1%
+ * (a few bf16 roundings of 2^-9 relative each). */
+static void test_exec_bf16_gemms_cpu_matches_reference(void **state)
+{
+	float *fp32, *bf16;
+	size_t n, n16;
+	double diff = 0.0, norm = 0.0;
+
+	(void)state;
+	cpu_matches_reference(false, &fp32, &n);
+	cpu_matches_reference(true, &bf16, &n16);
+	assert_int_equal(n, n16);
+	for (size_t i = 0; i < n; i++) {
+		double d = (double)bf16[i] - (double)fp32[i];
+		diff += d * d;
+		norm += (double)fp32[i] * (double)fp32[i];
+	}
+	diff = sqrt(diff / norm);
+	if (getenv("FLOW_TEST_VERBOSE"))
+		print_message("bf16 vs fp32 gradients: relative L2 %.3g\n",
+			      diff);
+	assert_true(diff > 1e-5 && diff < 1e-2);
+	free(fp32);
+	free(bf16);
 }
 
 /* ---- gradients across steps ------------------------------------------------------ */
@@ -814,6 +871,7 @@ int main(void)
 		cmocka_unit_test(test_exec_kernel_sets_name_their_device),
 		cmocka_unit_test(test_exec_cuda_without_a_gpu_is_one_line),
 		cmocka_unit_test(test_exec_cpu_matches_reference),
+		cmocka_unit_test(test_exec_bf16_gemms_cpu_matches_reference),
 		cmocka_unit_test(test_exec_backward_clears_activation_gradients),
 		cmocka_unit_test(test_exec_param_grads_accumulate_across_passes),
 		cmocka_unit_test(

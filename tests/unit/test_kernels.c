@@ -19,7 +19,10 @@
 #include <cmocka.h>
 
 #include <flow/kernels.h>
+#include <flow/kernels_ref.h>
 #include <flow/mem.h>
+#include <flow/rng.h>
+#include <flow/tensor.h>
 
 #include "fixture.h"
 
@@ -334,12 +337,45 @@ static void test_kernels_fixture_rejects_corrupt_files(void **state)
 static const char *const matmul_fixtures[] = { "matmul_small", "matmul_row1",
 					       "matmul_nobias",
 					       "matmul_wide" };
+/* The same products with bf16 operands (gen_kernels.py, bf16). */
+static const char *const matmul_bf16_fixtures[] = { "matmul_bf16_small",
+						    "matmul_bf16_nobias",
+						    "matmul_bf16_wide" };
 
-static void test_kernels_matmul_forward_matches_torch(void **state)
+/* Which matmul a run checks against which fixtures: a set's fp32 kernels,
+ * or its bf16 ones (with their scratch). */
+typedef struct {
+	const flow_kernels_t *set;
+	bool bf16;
+	const char *const *fixtures;
+	size_t nfixtures;
+} matmul_variant_t;
+
+static const matmul_variant_t matmul_fp32 = {
+	&flow_cpu_kernels, false, matmul_fixtures, ARRAY_SIZE(matmul_fixtures)
+};
+static const matmul_variant_t matmul_cpu_bf16 = {
+	&flow_cpu_kernels, true, matmul_bf16_fixtures,
+	ARRAY_SIZE(matmul_bf16_fixtures)
+};
+static const matmul_variant_t matmul_ref_bf16 = {
+	&flow_ref_kernels, true, matmul_bf16_fixtures,
+	ARRAY_SIZE(matmul_bf16_fixtures)
+};
+
+static void *matmul_scratch(const matmul_variant_t *v, size_t n, size_t i,
+			    size_t o)
 {
-	(void)state;
-	for (size_t c = 0; c < ARRAY_SIZE(matmul_fixtures); c++) {
-		const char *name = matmul_fixtures[c];
+	void *p = flow_alloc(v->bf16 ? v->set->matmul_bf16_scratch_bound(n, i, o)
+				      : 1);
+	assert_non_null(p);
+	return p;
+}
+
+static void matmul_forward_run(const matmul_variant_t *v)
+{
+	for (size_t c = 0; c < v->nfixtures; c++) {
+		const char *name = v->fixtures[c];
 		flow_fixture_t fx = { 0 };
 		fixture_load(&fx, name);
 		const int32_t *d = fixture_dims(&fx, 3);
@@ -347,21 +383,35 @@ static void test_kernels_matmul_forward_matches_torch(void **state)
 		const float *bias = flow_fixture_find(&fx, "bias") ?
 					    F32(&fx, "bias", o) : NULL;
 		float *out = buf_start(n * o, 9.0f); /* overwritten */
+		void *scratch = matmul_scratch(v, n, i, o);
 
-		flow_cpu_matmul_forward(out, F32(&fx, "inp", n, i),
-					F32(&fx, "weight", o, i), bias, n, i,
-					o);
+		if (v->bf16)
+			v->set->matmul_bf16_forward(out, scratch,
+						    F32(&fx, "inp", n, i),
+						    F32(&fx, "weight", o, i),
+						    bias, n, i, o);
+		else
+			v->set->matmul_forward(out, F32(&fx, "inp", n, i),
+					       F32(&fx, "weight", o, i), bias,
+					       n, i, o);
 		check_close(name, "out", out, F32(&fx, "out", n, o), n * o,
 			    ATOL_SUM, RTOL);
-		flow_free(out);
+		BUFS_FREE(out, scratch);
 		flow_fixture_release(&fx);
 	}
 }
 
-static void matmul_backward_run(float fill, unsigned want)
+static void test_kernels_matmul_forward_matches_torch(void **state)
 {
-	for (size_t c = 0; c < ARRAY_SIZE(matmul_fixtures); c++) {
-		const char *name = matmul_fixtures[c];
+	(void)state;
+	matmul_forward_run(&matmul_fp32);
+}
+
+static void matmul_backward_run(const matmul_variant_t *v, float fill,
+				unsigned want)
+{
+	for (size_t c = 0; c < v->nfixtures; c++) {
+		const char *name = v->fixtures[c];
 		flow_fixture_t fx = { 0 };
 		fixture_load(&fx, name);
 		const int32_t *d = fixture_dims(&fx, 3);
@@ -370,17 +420,27 @@ static void matmul_backward_run(float fill, unsigned want)
 		grad_t dinp = GRAD("dinp", fill, want & WANT_0, n, i);
 		grad_t dw = GRAD("dweight", fill, want & WANT_1, o, i);
 		grad_t db = GRAD("dbias", fill, has_bias && (want & WANT_2), o);
+		void *scratch = matmul_scratch(v, n, i, o);
+		const float *dout = F32(&fx, "dout", n, o);
+		const float *inp = F32(&fx, "inp", n, i);
+		const float *w = F32(&fx, "weight", o, i);
 
-		flow_cpu_matmul_backward(grad_arg(&dinp), grad_arg(&dw),
-					 grad_arg(&db), F32(&fx, "dout", n, o),
-					 F32(&fx, "inp", n, i),
-					 F32(&fx, "weight", o, i), n, i, o);
+		if (v->bf16)
+			v->set->matmul_bf16_backward(grad_arg(&dinp),
+						     grad_arg(&dw),
+						     grad_arg(&db), scratch,
+						     dout, inp, w, n, i, o);
+		else
+			v->set->matmul_backward(grad_arg(&dinp), grad_arg(&dw),
+						grad_arg(&db), dout, inp, w, n,
+						i, o);
 		grad_check(&fx, name, &dinp, ATOL_SUM, RTOL);
 		grad_check(&fx, name, &dw, ATOL_SUM, RTOL);
 		grad_check(&fx, name, &db, ATOL_SUM, RTOL);
 		grad_release(&dinp);
 		grad_release(&dw);
 		grad_release(&db);
+		flow_free(scratch);
 		flow_fixture_release(&fx);
 	}
 }
@@ -388,21 +448,102 @@ static void matmul_backward_run(float fill, unsigned want)
 static void test_kernels_matmul_backward_matches_torch(void **state)
 {
 	(void)state;
-	matmul_backward_run(0.0f, WANT_ALL);
+	matmul_backward_run(&matmul_fp32, 0.0f, WANT_ALL);
 }
 
 static void test_kernels_matmul_backward_accumulates(void **state)
 {
 	(void)state;
-	matmul_backward_run(0.75f, WANT_ALL);
+	matmul_backward_run(&matmul_fp32, 0.75f, WANT_ALL);
 }
 
 static void test_kernels_matmul_backward_null_grads(void **state)
 {
 	(void)state;
-	matmul_backward_run(0.5f, WANT_0);
-	matmul_backward_run(0.5f, WANT_1);
-	matmul_backward_run(0.5f, WANT_2);
+	matmul_backward_run(&matmul_fp32, 0.5f, WANT_0);
+	matmul_backward_run(&matmul_fp32, 0.5f, WANT_1);
+	matmul_backward_run(&matmul_fp32, 0.5f, WANT_2);
+}
+
+/* bf16 operands: the CPU and reference sets against PyTorch's exact sums
+ * of bf16-rounded operands, to fp32 accumulation's tolerance. */
+static void test_kernels_matmul_bf16_matches_torch(void **state)
+{
+	(void)state;
+	matmul_forward_run(&matmul_cpu_bf16);
+	matmul_forward_run(&matmul_ref_bf16);
+	matmul_backward_run(&matmul_cpu_bf16, 0.0f, WANT_ALL);
+	matmul_backward_run(&matmul_ref_bf16, 0.0f, WANT_ALL);
+	matmul_backward_run(&matmul_cpu_bf16, 0.75f, WANT_ALL);
+	matmul_backward_run(&matmul_cpu_bf16, 0.5f, WANT_0);
+	matmul_backward_run(&matmul_cpu_bf16, 0.5f, WANT_1);
+	matmul_backward_run(&matmul_cpu_bf16, 0.5f, WANT_2);
+}
+
+/* The bf16 fixtures must tell the two precisions apart: the fp32 kernel
+ * on the same inputs misses the bf16 reference by far more than the
+ * tolerance, so a bf16 kernel that forgot to round would fail above. */
+static void test_kernels_matmul_bf16_differs_from_fp32(void **state)
+{
+	(void)state;
+	flow_fixture_t fx = { 0 };
+	fixture_load(&fx, "matmul_bf16_wide");
+	size_t n = 40, i = 96, o = 72;
+	const float *ref = F32(&fx, "out", n, o);
+	float *out = buf_new(n * o);
+	double worst = 0.0;
+
+	flow_cpu_matmul_forward(out, F32(&fx, "inp", n, i),
+				F32(&fx, "weight", o, i), F32(&fx, "bias", o),
+				n, i, o);
+	for (size_t k = 0; k < n * o; k++) {
+		double lim = ATOL_SUM + RTOL * fabs((double)ref[k]);
+		double r = fabs((double)out[k] - (double)ref[k]) / lim;
+		worst = r > worst ? r : worst;
+	}
+	assert_true(worst > 100.0);
+	flow_free(out);
+	flow_fixture_release(&fx);
+}
+
+/* Rows in more than one panel (flow_matmul_bf16_panel_rows): the CPU set
+ * against the fp32 kernel on operands rounded here, which sums each
+ * gradient in one pass; the panels change only how dweight's fp32 sums
+ * are grouped. */
+static void test_kernels_matmul_bf16_panels(void **state)
+{
+	(void)state;
+	/* in + out = 60016 wide: 279 rows a panel, so 2 panels of 300. */
+	const size_t n = 300, i = 16, o = 60000;
+	assert_int_equal(flow_matmul_bf16_panel_rows(n, i, o, (size_t)1 << 24),
+			 279);
+	float *inp = buf_new(n * i), *w = buf_new(o * i), *dout = buf_new(n * o);
+	float *ri = buf_new(n * i), *rw = buf_new(o * i), *rd = buf_new(n * o);
+	flow_rng_fill_normal(inp, n * i, 42, 1, 0, 0.0f, 1.0f);
+	flow_rng_fill_normal(w, o * i, 42, 2, 0, 0.0f, 0.25f);
+	flow_rng_fill_normal(dout, n * o, 42, 3, 0, 0.0f, 1.0f);
+	for (size_t k = 0; k < n * i; k++)
+		ri[k] = flow_round_bf16(inp[k]);
+	for (size_t k = 0; k < o * i; k++)
+		rw[k] = flow_round_bf16(w[k]);
+	for (size_t k = 0; k < n * o; k++)
+		rd[k] = flow_round_bf16(dout[k]);
+	float *out = buf_new(n * o), *want = buf_new(n * o);
+	float *dinp = buf_start(n * i, 0.0f), *dinp_w = buf_start(n * i, 0.0f);
+	float *dw = buf_start(o * i, 0.0f), *dw_w = buf_start(o * i, 0.0f);
+	void *scratch = flow_alloc(flow_cpu_matmul_bf16_scratch_bound(n, i, o));
+	assert_non_null(scratch);
+
+	flow_cpu_matmul_bf16_forward(out, scratch, inp, w, NULL, n, i, o);
+	flow_cpu_matmul_forward(want, ri, rw, NULL, n, i, o);
+	check_close("panels", "out", out, want, n * o, ATOL_SUM, RTOL);
+	flow_cpu_matmul_bf16_backward(dinp, dw, NULL, scratch, dout, inp, w, n,
+				      i, o);
+	flow_cpu_matmul_backward(dinp_w, dw_w, NULL, rd, ri, rw, n, i, o);
+	check_close("panels", "dinp", dinp, dinp_w, n * i, ATOL_SUM, RTOL);
+	check_close("panels", "dweight", dw, dw_w, o * i, ATOL_SUM, RTOL);
+	BUFS_FREE(inp, w, dout, ri, rw, rd, out, want, dinp, dinp_w, dw, dw_w,
+		  scratch);
 }
 
 /* ---- embedding ---------------------------------------------------------------*/
@@ -955,6 +1096,9 @@ int main(void)
 		cmocka_unit_test(test_kernels_matmul_backward_matches_torch),
 		cmocka_unit_test(test_kernels_matmul_backward_accumulates),
 		cmocka_unit_test(test_kernels_matmul_backward_null_grads),
+		cmocka_unit_test(test_kernels_matmul_bf16_matches_torch),
+		cmocka_unit_test(test_kernels_matmul_bf16_differs_from_fp32),
+		cmocka_unit_test(test_kernels_matmul_bf16_panels),
 		cmocka_unit_test(test_kernels_embedding_forward_matches_torch),
 		cmocka_unit_test(test_kernels_embedding_backward_matches_torch),
 		cmocka_unit_test(test_kernels_embedding_backward_accumulates),

@@ -1,6 +1,7 @@
 /* CPU matmul (nn.Linear): out = inp . weight^T + bias, forward and backward,
  * with every GEMM handed to cblas_sgemm so the batch is always the M
- * dimension (no weight matrix is streamed once per token). */
+ * dimension (no weight matrix is streamed once per token); and its bf16
+ * form, the same sgemms on operands rounded to bf16 (kernels/host_bf16.c). */
 #include <config.h>
 
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <flow/kernels.h>
 
 #include "cpu_internal.h"
+#include "kernels/host_bf16_internal.h"
 
 void flow_cpu_matmul_forward(float *out, const float *inp,
 			     const float *weight, const float *bias, size_t n,
@@ -92,3 +94,5 @@ void flow_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
 	if (dbias)
 		matmul_dbias(dbias, dout, n, out_dim);
 }
+
+FLOW_HOST_BF16_MATMULS(flow_cpu)

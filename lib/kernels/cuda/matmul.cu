@@ -4,8 +4,13 @@
  *
  * cuBLAS is column-major: a row-major (r x c) matrix with row stride ld is the
  * column-major (c x r) matrix with leading dimension ld, its transpose.  So
- * every row-major product P = X . Y is issued as P^T = Y^T . X^T. */
+ * every row-major product P = X . Y is issued as P^T = Y^T . X^T.
+ *
+ * The bf16 form (mixed precision) rounds the operands into the executor's
+ * scratch and runs the same products through cublasGemmEx: see the end. */
 #include <config.h>
+
+#include <cuda_bf16.h>
 
 #include "cuda_internal.h"
 
@@ -19,6 +24,19 @@ static __global__ void add_bias_kernel(float *__restrict__ out,
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
 	     i += stride)
 		out[i] += bias[i % out_dim];
+}
+
+static flow_err_t add_bias(float *out, const float *bias, size_t n,
+			   size_t out_dim, flow_diag_t *diag,
+			   cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+
+	add_bias_kernel<<<flow_cuda__grid(n * out_dim, 256 * 4), 256, 0,
+			  stream>>>(out, bias, n, out_dim);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
 }
 
 /* Rows of each block column pass in dbias_kernel: block (32, ROWS). */
@@ -92,11 +110,8 @@ flow_err_t flow_cuda_matmul_forward(float *out, const float *inp,
 					    (int)out_dim),
 				out);
 	}
-	if (bias) {
-		add_bias_kernel<<<flow_cuda__grid(n * out_dim, 256 * 4), 256, 0,
-				  stream>>>(out, bias, n, out_dim);
-		FLOW_CUDA_LAUNCH_TRY(out);
-	}
+	if (bias)
+		FLOW_TRY(add_bias(out, bias, n, out_dim, diag, stream), out);
 out:
 	return err;
 }
@@ -167,6 +182,198 @@ flow_err_t flow_cuda_gemm(bool trans_a, bool trans_b, size_t m, size_t n,
 				    (int)(trans_b ? k : n), a,
 				    (int)(trans_a ? m : k), &beta, c, (int)n),
 			out);
+out:
+	return err;
+}
+
+/* ---- bf16 GEMM operands ---------------------------------------------------- */
+/* The operands rounded to bf16 into scratch (round to nearest even, as the
+ * CPU's flow_round_bf16), then cublasGemmEx on them with fp32 output and
+ * CUBLAS_COMPUTE_32F (tensor cores, fp32 accumulation); one panel of rows
+ * at a time, as the host sets, in FLOW_CUDA_BF16_PANEL elements. */
+
+/* Elements of one panel's rounded rows: 128 MiB of bf16, so that even the
+ * logits' GEMMs of a GPT-2 batch run in panels of hundreds of rows. */
+#define FLOW_CUDA_BF16_PANEL ((size_t)1 << 26)
+
+/* Offsets inside the scratch are rounded up to this, so that every operand
+ * is aligned as the tensor-core kernels want. */
+#define BF16_ALIGN ((size_t)256)
+
+static size_t bf16_align(size_t bytes)
+{
+	return (bytes + BF16_ALIGN - 1) / BF16_ALIGN * BF16_ALIGN;
+}
+
+static __global__ void round_bf16_kernel(__nv_bfloat16 *__restrict__ out,
+					 const float *__restrict__ in, size_t n)
+{
+	const size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride)
+		out[i] = __float2bfloat16_rn(in[i]);
+}
+
+static flow_err_t round_bf16(__nv_bfloat16 *out, const float *in, size_t n,
+			     flow_diag_t *diag, cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+
+	if (n == 0)
+		return FLOW_OK;
+	round_bf16_kernel<<<flow_cuda__grid(n, 256 * 4), 256, 0, stream>>>(
+		out, in, n);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
+}
+
+/* Column-major C (m x n, ldc) = op(A) . op(B) + beta C on bf16 A and B,
+ * fp32 C, summed in fp32 (CUBLAS_COMPUTE_32F: the tensor cores). */
+static flow_err_t gemm_bf16(cublasHandle_t h, cublasOperation_t opa,
+			    cublasOperation_t opb, size_t m, size_t n,
+			    size_t k, const __nv_bfloat16 *a, size_t lda,
+			    const __nv_bfloat16 *b, size_t ldb, float beta,
+			    float *c, size_t ldc, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	const float one = 1.0f;
+
+	FLOW_CUBLAS_TRY(cublasGemmEx(h, opa, opb, (int)m, (int)n, (int)k, &one,
+				     a, CUDA_R_16BF, (int)lda, b, CUDA_R_16BF,
+				     (int)ldb, &beta, c, CUDA_R_32F, (int)ldc,
+				     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+			out);
+out:
+	return err;
+}
+
+/* Where the weight, the dout panel and the inp panel go in scratch. */
+struct bf16_scratch {
+	__nv_bfloat16 *w, *g, *x;
+	size_t rows;
+};
+
+static bf16_scratch bf16_carve(void *scratch, size_t n, size_t in_dim,
+			       size_t out_dim)
+{
+	bf16_scratch s;
+	char *p = (char *)scratch;
+	const size_t e = sizeof(__nv_bfloat16);
+
+	s.rows = flow_matmul_bf16_panel_rows(n, in_dim, out_dim,
+					     FLOW_CUDA_BF16_PANEL);
+	s.w = (__nv_bfloat16 *)p;
+	p += bf16_align(out_dim * in_dim * e);
+	s.g = (__nv_bfloat16 *)p;
+	p += bf16_align(s.rows * out_dim * e);
+	s.x = (__nv_bfloat16 *)p;
+	return s;
+}
+
+size_t flow_cuda_matmul_bf16_scratch_bound(size_t n, size_t in_dim,
+					   size_t out_dim)
+{
+	const size_t e = sizeof(__nv_bfloat16);
+	size_t rows = flow_matmul_bf16_panel_rows(n, in_dim, out_dim,
+						  FLOW_CUDA_BF16_PANEL);
+	return bf16_align(out_dim * in_dim * e) + bf16_align(rows * out_dim * e) +
+	       bf16_align(rows * in_dim * e);
+}
+
+flow_err_t flow_cuda_matmul_bf16_forward(float *out, void *scratch,
+					 const float *inp, const float *weight,
+					 const float *bias, size_t n,
+					 size_t in_dim, size_t out_dim,
+					 flow_diag_t *diag, cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	cublasHandle_t h = NULL;
+
+	if (n == 0 || out_dim == 0)
+		return FLOW_OK;
+	if (in_dim == 0) /* no GEMM: the bias or zeros, as in fp32 */
+		return flow_cuda_matmul_forward(out, inp, weight, bias, n,
+						in_dim, out_dim, diag, stream);
+	FLOW_TRY(matmul_check(n, in_dim, out_dim, __func__, diag), out);
+	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
+	{
+		bf16_scratch s = bf16_carve(scratch, n, in_dim, out_dim);
+		FLOW_TRY(round_bf16(s.w, weight, out_dim * in_dim, diag,
+				    stream),
+			 out);
+		for (size_t r0 = 0; r0 < n; r0 += s.rows) {
+			size_t m = n - r0 < s.rows ? n - r0 : s.rows;
+			FLOW_TRY(round_bf16(s.x, inp + r0 * in_dim, m * in_dim,
+					    diag, stream),
+				 out);
+			/* out^T (o x m) = W^T . x^T, as the sgemm above */
+			FLOW_TRY(gemm_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, out_dim,
+					   m, in_dim, s.w, in_dim, s.x, in_dim,
+					   0.0f, out + r0 * out_dim, out_dim,
+					   diag),
+				 out);
+		}
+	}
+	if (bias)
+		FLOW_TRY(add_bias(out, bias, n, out_dim, diag, stream), out);
+out:
+	return err;
+}
+
+flow_err_t flow_cuda_matmul_bf16_backward(float *dinp, float *dweight,
+					  float *dbias, void *scratch,
+					  const float *dout, const float *inp,
+					  const float *weight, size_t n,
+					  size_t in_dim, size_t out_dim,
+					  flow_diag_t *diag,
+					  cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	cublasHandle_t h = NULL;
+
+	if (n == 0 || out_dim == 0)
+		return FLOW_OK;
+	/* dbias from the fp32 dout, by the fp32 path's column sums. */
+	if (dbias)
+		FLOW_TRY(flow_cuda_matmul_backward(NULL, NULL, dbias, dout, inp,
+						   weight, n, in_dim, out_dim,
+						   diag, stream),
+			 out);
+	if (in_dim == 0 || (!dinp && !dweight))
+		return FLOW_OK;
+	FLOW_TRY(matmul_check(n, in_dim, out_dim, __func__, diag), out);
+	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
+	{
+		bf16_scratch s = bf16_carve(scratch, n, in_dim, out_dim);
+		if (dinp)
+			FLOW_TRY(round_bf16(s.w, weight, out_dim * in_dim,
+					    diag, stream),
+				 out);
+		for (size_t r0 = 0; r0 < n; r0 += s.rows) {
+			size_t m = n - r0 < s.rows ? n - r0 : s.rows;
+			FLOW_TRY(round_bf16(s.g, dout + r0 * out_dim,
+					    m * out_dim, diag, stream),
+				 out);
+			if (dinp) /* dinp^T (i x m) += W^T . g^T */
+				FLOW_TRY(gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_N,
+						   in_dim, m, out_dim, s.w,
+						   in_dim, s.g, out_dim, 1.0f,
+						   dinp + r0 * in_dim, in_dim,
+						   diag),
+					 out);
+			if (!dweight)
+				continue;
+			FLOW_TRY(round_bf16(s.x, inp + r0 * in_dim, m * in_dim,
+					    diag, stream),
+				 out);
+			/* dW^T (i x o) += x^T (i x m) . g (m x o) */
+			FLOW_TRY(gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_T, in_dim,
+					   out_dim, m, s.x, in_dim, s.g, out_dim,
+					   1.0f, dweight, in_dim, diag),
+				 out);
+		}
+	}
 out:
 	return err;
 }

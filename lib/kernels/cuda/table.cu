@@ -69,6 +69,25 @@ void matmul_backward(float *dinp, float *dweight, float *dbias,
 					  STREAM));
 }
 
+void matmul_bf16_forward(float *out, void *scratch, const float *inp,
+			 const float *weight, const float *bias, size_t n,
+			 size_t in_dim, size_t out_dim)
+{
+	ENQUEUE(flow_cuda_matmul_bf16_forward(out, scratch, inp, weight, bias,
+					      n, in_dim, out_dim, diag,
+					      STREAM));
+}
+
+void matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
+			  void *scratch, const float *dout, const float *inp,
+			  const float *weight, size_t n, size_t in_dim,
+			  size_t out_dim)
+{
+	ENQUEUE(flow_cuda_matmul_bf16_backward(dinp, dweight, dbias, scratch,
+					       dout, inp, weight, n, in_dim,
+					       out_dim, diag, STREAM));
+}
+
 void embedding_forward(float *out, const int32_t *tokens, const float *wte,
 		       const float *wpe, size_t B, size_t T, size_t C)
 {
@@ -237,6 +256,9 @@ extern "C" const flow_kernels_t flow_cuda_kernels = {
 	"cuda",
 	matmul_forward,
 	matmul_backward,
+	flow_cuda_matmul_bf16_scratch_bound,
+	matmul_bf16_forward,
+	matmul_bf16_backward,
 	embedding_forward,
 	embedding_backward,
 	layernorm_forward,

@@ -6,6 +6,8 @@
 
 #include <flow/kernels_ref.h>
 
+#include "kernels/host_bf16_internal.h"
+
 /* ---- matmul ---------------------------------------------------------------- */
 
 void flow_ref_matmul_forward(float *out, const float *inp, const float *weight,
@@ -65,6 +67,10 @@ void flow_ref_matmul_backward(float *dinp, float *dweight, float *dbias,
 }
 
 /* ---- embedding --------------------------------------------------------------- */
+
+/* bf16 matmul: the reference matmul on operands rounded to bf16
+ * (kernels/host_bf16.c), so its sums are exact but for one rounding. */
+FLOW_HOST_BF16_MATMULS(flow_ref)
 
 void flow_ref_embedding_forward(float *out, const int32_t *tokens,
 				const float *wte, const float *wpe, size_t B,

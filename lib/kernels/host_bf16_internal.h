@@ -1,0 +1,56 @@
+/* The bf16 matmul of the host kernel sets (CPU and reference,
+ * flow/kernels.h: matmul with bf16 GEMM operands): each operand rounded
+ * to bf16 values held in floats, then the set's own fp32 matmul on them.
+ * A product of two bf16 values is exact in fp32, so this computes the
+ * sums a GPU's bf16 tensor cores do, in the set's order of additions. */
+#ifndef FLOW_HOST_BF16_INTERNAL_H
+#define FLOW_HOST_BF16_INTERNAL_H
+
+#include <flow/kernels.h>
+
+/* Elements of one panel's rounded rows (64 MiB of floats): large enough
+ * that a panel's sgemm runs at full speed, small beside the logits. */
+#define FLOW_HOST_BF16_PANEL ((size_t)1 << 24)
+
+size_t flow_host_matmul_bf16_scratch_bound(size_t n, size_t in_dim,
+					   size_t out_dim);
+void flow_host_matmul_bf16_forward(flow_matmul_forward_fn *fp32, float *out,
+				   void *scratch, const float *inp,
+				   const float *weight, const float *bias,
+				   size_t n, size_t in_dim, size_t out_dim);
+void flow_host_matmul_bf16_backward(flow_matmul_backward_fn *fp32,
+				    float *dinp, float *dweight, float *dbias,
+				    void *scratch, const float *dout,
+				    const float *inp, const float *weight,
+				    size_t n, size_t in_dim, size_t out_dim);
+
+/* The three bf16 members of the host set whose functions are named
+ * PREFIX_* (flow_cpu, flow_ref), over its own PREFIX_matmul_forward and
+ * PREFIX_matmul_backward; their declarations are the set's header's. */
+#define FLOW_HOST_BF16_MATMULS(prefix)                                      \
+	size_t prefix##_matmul_bf16_scratch_bound(size_t n, size_t in_dim,  \
+						  size_t out_dim)           \
+	{                                                                   \
+		return flow_host_matmul_bf16_scratch_bound(n, in_dim,       \
+							   out_dim);        \
+	}                                                                   \
+	void prefix##_matmul_bf16_forward(                                  \
+		float *out, void *scratch, const float *inp,                \
+		const float *weight, const float *bias, size_t n,           \
+		size_t in_dim, size_t out_dim)                              \
+	{                                                                   \
+		flow_host_matmul_bf16_forward(prefix##_matmul_forward, out, \
+					      scratch, inp, weight, bias, n, \
+					      in_dim, out_dim);             \
+	}                                                                   \
+	void prefix##_matmul_bf16_backward(                                 \
+		float *dinp, float *dweight, float *dbias, void *scratch,   \
+		const float *dout, const float *inp, const float *weight,   \
+		size_t n, size_t in_dim, size_t out_dim)                    \
+	{                                                                   \
+		flow_host_matmul_bf16_backward(                             \
+			prefix##_matmul_backward, dinp, dweight, dbias,     \
+			scratch, dout, inp, weight, n, in_dim, out_dim);    \
+	}
+
+#endif
