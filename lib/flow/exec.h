@@ -113,6 +113,9 @@ FLOW_EXPORT void flow_exec_free(flow_exec_t *exec);
 /* The graph and memory plan it runs; borrowed for the executor's life. */
 FLOW_EXPORT const flow_graph_t *flow_exec_graph(const flow_exec_t *exec);
 FLOW_EXPORT const flow_memplan_t *flow_exec_memplan(const flow_exec_t *exec);
+/* How many residual adds run fused with the layernorm of their output
+ * (flow/kernels.h, residual_layernorm_forward). */
+FLOW_EXPORT size_t flow_exec_fused_pairs(const flow_exec_t *exec);
 /* Bytes of kernel scratch the executor holds (attention's backward pass,
  * the bf16 GEMMs' rounded operands): the largest any op needs. */
 FLOW_EXPORT size_t flow_exec_scratch_bytes(const flow_exec_t *exec);

@@ -153,6 +153,19 @@ typedef void flow_residual_forward_fn(float *out, const float *a,
 typedef void flow_residual_backward_fn(float *da, float *db,
 				       const float *dout, size_t n);
 
+/* ---- residual add fused with the layernorm that reads it ---------------- */
+/* res = a + b, then out, mean, rstd = layernorm(res) (n rows of C): the
+ * same bits as residual_forward then layernorm_forward, in one pass over
+ * the rows, so res is written but never read back.  The executor runs
+ * so every ADD op whose output the next op layer-normalises (GPT-2's
+ * residual adds). */
+typedef void flow_residual_layernorm_forward_fn(float *res, float *out,
+						float *mean, float *rstd,
+						const float *a, const float *b,
+						const float *weight,
+						const float *bias, size_t n,
+						size_t C);
+
 /* ---- fused softmax cross-entropy ----------------------------------------- */
 /* logits is (n, Vp) of which the first V columns are real and the rest
  * padding (masked out: they take no probability).  For each row with
@@ -260,6 +273,7 @@ typedef struct flow_kernels {
 	flow_attention_backward_fn *attention_backward;
 	flow_residual_forward_fn *residual_forward;
 	flow_residual_backward_fn *residual_backward;
+	flow_residual_layernorm_forward_fn *residual_layernorm_forward;
 	flow_cross_entropy_forward_backward_fn *cross_entropy_forward_backward;
 	flow_adamw_update_fn *adamw_update;
 	/* Optional (NULL in the host sets, whose per-tensor calls cost
@@ -299,6 +313,8 @@ FLOW_EXPORT flow_attention_scratch_bound_fn flow_cpu_attention_scratch_bound;
 FLOW_EXPORT flow_attention_backward_fn flow_cpu_attention_backward;
 FLOW_EXPORT flow_residual_forward_fn flow_cpu_residual_forward;
 FLOW_EXPORT flow_residual_backward_fn flow_cpu_residual_backward;
+FLOW_EXPORT flow_residual_layernorm_forward_fn
+	flow_cpu_residual_layernorm_forward;
 FLOW_EXPORT flow_cross_entropy_forward_backward_fn
 	flow_cpu_cross_entropy_forward_backward;
 FLOW_EXPORT flow_adamw_update_fn flow_cpu_adamw_update;

@@ -177,6 +177,11 @@ FLOW_EXPORT flow_err_t flow_cuda_layernorm_forward(float *out, float *mean,
 						   const float *bias, size_t n,
 						   size_t C, flow_diag_t *diag,
 						   cudaStream_t stream) FLOW_MUST_CHECK;
+/* res = a + b, then layernorm(res): the two kernels' bits in one pass. */
+FLOW_EXPORT flow_err_t flow_cuda_residual_layernorm_forward(
+	float *res, float *out, float *mean, float *rstd, const float *a,
+	const float *b, const float *weight, const float *bias, size_t n,
+	size_t C, flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
 /* dinp, dweight, dbias are each optional. */
 FLOW_EXPORT flow_err_t flow_cuda_layernorm_backward(float *dinp,
 						    float *dweight,

@@ -305,6 +305,46 @@ static flow_err_t exec_prepare_ops(flow_exec_t *x, flow_diag_t *diag)
 	return FLOW_OK;
 }
 
+/* Do the bytes of tensors t and u share storage? */
+static bool tensors_overlap(const flow_exec_t *x, int t, int u)
+{
+	uintptr_t a = (uintptr_t)x->ptr[t], b = (uintptr_t)x->ptr[u];
+	size_t na = flow_graph_tensor_bytes(x->g, t);
+	size_t nb = flow_graph_tensor_bytes(x->g, u);
+
+	return na && nb && a < b + nb && b < a + na;
+}
+
+/* Fuse each forward ADD with the next op when that op layer-normalises
+ * the ADD's output (residual_layernorm_forward: the same bits, one pass
+ * over the residual stream fewer).  The fused kernel writes the
+ * layernorm's outputs while it still reads the ADD's inputs, so the pair
+ * is fused only where the memory plan gave them separate storage (it may
+ * not have: the inputs' live ranges can end at the ADD). */
+static void exec_fuse(flow_exec_t *x)
+{
+	const flow_graph_t *g = x->g;
+
+	for (size_t i = 0; i + 1 < g->nforward; i++) {
+		const flow_graph_op_t *add = &g->ops[i], *ln = &g->ops[i + 1];
+		bool apart = true;
+
+		if (add->kind != FLOW_OP_ADD || ln->kind != FLOW_OP_LAYERNORM ||
+		    add->attrs.split_axes || ln->attrs.split_axes ||
+		    ln->in[0] != add->out[0] || x->ops[i].fused)
+			continue;
+		for (int o = 0; o < ln->nout; o++)
+			for (int k = 0; k < add->nin; k++)
+				if (ln->out[o] >= 0 &&
+				    tensors_overlap(x, ln->out[o], add->in[k]))
+					apart = false;
+		if (!apart)
+			continue;
+		x->ops[i].fuse_next = true;
+		x->ops[i + 1].fused = true;
+	}
+}
+
 /* 1 / (tokens of one micro-batch): the rows of the loss. */
 static float default_loss_scale(const flow_graph_t *g)
 {
@@ -339,8 +379,10 @@ flow_err_t flow_exec_new(const flow_graph_t *g, flow_kernel_set_t kernels,
 			 flow_op_def((flow_op_kind_t)k)->name);
 	if ((err = flow_memplan_build(g, &x->plan, diag)) != FLOW_OK ||
 	    (err = exec_alloc(x, diag)) != FLOW_OK ||
-	    (err = exec_prepare_ops(x, diag)) != FLOW_OK ||
-	    (err = exec_finish(x, diag)) != FLOW_OK)
+	    (err = exec_prepare_ops(x, diag)) != FLOW_OK)
+		goto out_free_exec;
+	exec_fuse(x);
+	if ((err = exec_finish(x, diag)) != FLOW_OK)
 		goto out_free_exec;
 	*exec_out = x;
 	return FLOW_OK;
@@ -387,6 +429,15 @@ void *flow_exec_tensor(flow_exec_t *x, int t)
 	if (t < 0 || (size_t)t >= x->g->ntensors)
 		return NULL;
 	return x->ptr[t];
+}
+
+size_t flow_exec_fused_pairs(const flow_exec_t *x)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < x->g->nops; i++)
+		n += x->ops[i].fuse_next;
+	return n;
 }
 
 size_t flow_exec_scratch_bytes(const flow_exec_t *x)
@@ -679,23 +730,47 @@ static double now_seconds(void)
  * collective of a localized graph, a device error) stops the pass and
  * every later one: a half-run pass leaves tensors no later pass could
  * trust. */
+/* The ADD o and the layernorm ln of its output, in one kernel. */
+static void exec_fused(flow_exec_t *x, const exec_op_t *o, const exec_op_t *ln)
+{
+	x->kernels->residual_layernorm_forward(ln->in[0], ln->out[0],
+					       ln->out[1], ln->out[2], o->in[0],
+					       o->in[1], ln->in[1], ln->in[2],
+					       ln->dim[DIM_N], ln->dim[DIM_C]);
+}
+
+/* Ops [begin, end); a fused pair counts in the profile as its two ops,
+ * its time under the second's kind. */
 static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 {
 	for (size_t i = begin; i < end && x->err == FLOW_OK; i++) {
 		const exec_op_t *o = &x->ops[i];
+		size_t last = o->fuse_next && i + 1 < end ? i + 1 : i;
 		double t0 = x->profiling ? now_seconds() : 0.0;
 
-		for (size_t z = o->zero_first; z < o->zero_first + o->nzero; z++)
-			x->storage->zero(x->zeros[z].ptr, x->zeros[z].bytes);
-		x->err = exec_kernel(x, o, &x->g->ops[i]);
-		if (x->hook && x->err == FLOW_OK)
-			x->hook(x->hook_ctx, (int)i);
+		if (o->fused && i > begin) /* ran with the op before */
+			continue;
+		for (size_t k = i; k <= last; k++)
+			for (size_t z = x->ops[k].zero_first;
+			     z < x->ops[k].zero_first + x->ops[k].nzero; z++)
+				x->storage->zero(x->zeros[z].ptr,
+						 x->zeros[z].bytes);
+		if (last > i)
+			exec_fused(x, o, &x->ops[last]);
+		else
+			x->err = exec_kernel(x, o, &x->g->ops[i]);
+		for (size_t k = i; k <= last && x->hook && x->err == FLOW_OK; k++)
+			x->hook(x->hook_ctx, (int)k);
 		if (x->profiling) {
-			flow_profile_row_t *row = &x->profile[o->kind];
-			row->seconds += now_seconds() - t0;
-			row->calls++;
-			row->flops += o->flops;
+			for (size_t k = i; k <= last; k++) {
+				x->profile[x->ops[k].kind].calls++;
+				x->profile[x->ops[k].kind].flops +=
+					x->ops[k].flops;
+			}
+			x->profile[x->ops[last].kind].seconds +=
+				now_seconds() - t0;
 		}
+		i = last;
 	}
 }
 

@@ -472,9 +472,11 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 		mib(mp->arena_bytes),
 		mib(mp->unshared_bytes), mib(flow_exec_scratch_bytes(t->exec)));
 	trainer_describe_device(t, out);
-	fprintf(out, "# kernels %s, precision %s; model %.3g GFLOP per step",
+	fprintf(out, "# kernels %s, precision %s, %zu residual adds fused with "
+		     "their layernorm; model %.3g GFLOP per step",
 		flow_exec_kernels(t->exec)->name,
-		flow_precision_name(c->precision), t->flops_per_step / 1e9);
+		flow_precision_name(c->precision),
+		flow_exec_fused_pairs(t->exec), t->flops_per_step / 1e9);
 	if (c->peak_gflops > 0)
 		fprintf(out, "; peak %.1f GFLOP/s (%s)", c->peak_gflops,
 			t->peak_source ? t->peak_source : "sgemm");

@@ -107,8 +107,8 @@ real_binary() {
 	run -0 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --steps 3 --precision fp32
 	local fp32=$output
 	run -0 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --steps 3 --precision bf16
-	grep -q '^# kernels cpu, precision bf16;' <<<"$output"
-	grep -q '^# kernels cpu, precision fp32;' <<<"$fp32"
+	grep -q '^# kernels cpu, precision bf16,' <<<"$output"
+	grep -q '^# kernels cpu, precision fp32,' <<<"$fp32"
 	# Losses within 1e-3 relative of fp32's, and not the same numbers.
 	paste <(tsv_rows "$fp32" | cut -f3) <(tsv_rows "$output" | cut -f3) |
 		awk -F'\t' '{ d = $2 - $1; if (d < 0) d = -d; if (d > 1e-3 * $1) bad = 1;
@@ -136,7 +136,7 @@ real_binary() {
 	# bf16 from the plan with the CPU from the command line: bf16 on the CPU.
 	run -0 --separate-stderr flow-train --plan cuda.plan --data "$DATA" --steps 1 --device cpu \
 		--peak-gflops 0
-	grep -q '^# kernels cpu, precision bf16;' <<<"$output"
+	grep -q '^# kernels cpu, precision bf16,' <<<"$output"
 	run -0 --separate-stderr flow-train --plan cuda.plan --data "$DATA" --steps 1 --peak-gflops 0 \
 		--device cpu --precision fp32
 	tsv_rows "$output" | grep -q '^1	train	'

@@ -279,6 +279,36 @@ fi
 note "CUDA: $cuda_dir, $("${cuda_dir}/bin/nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' ||
 	nvcc --version | grep -o 'release [0-9.]*')"
 
+# NCCL and cuDNN: configure looks in the CUDA folder; where that lacks
+# them, the wheels PyTorch brought (nvidia/nccl, nvidia/cudnn) may have
+# them, with only versioned libraries: a folder of links (include/, lib/
+# with the unversioned .so that -lnccl wants) for --with-nccl=DIR or
+# --with-cudnn=DIR.  Without either, configure builds without it (and the
+# NCCL phase below counts that as a failure).
+extra_cfg=()
+for lib in nccl cudnn; do
+	[ -f "$cuda_dir/include/$lib.h" ] && continue
+	py_nvidia=${py_nvidia-$(timeout 30 python3 -c 'import nvidia; print(*nvidia.__path__)' 2>/dev/null || true)}
+	hdr=
+	for d in $py_nvidia; do
+		[ -f "$d/$lib/include/$lib.h" ] && hdr=$d/$lib && break
+	done
+	if [ -z "$hdr" ]; then
+		note "$lib: not in $cuda_dir, nor in PyTorch's nvidia wheels (${py_nvidia:-none found})"
+		continue
+	fi
+	so=$(find "$hdr/lib" -maxdepth 1 -name "lib$lib.so*" 2>/dev/null | sort | head -n 1)
+	[ -n "$so" ] || { note "$lib: $hdr has $lib.h but no lib$lib.so*"; continue; }
+	shim=/tmp/flow-$lib
+	rm -rf "$shim"
+	mkdir -p "$shim/lib"
+	ln -s "$hdr/include" "$shim/include"
+	for g in "$hdr"/lib/lib*.so*; do ln -s "$g" "$shim/lib/"; done
+	[ -e "$shim/lib/lib$lib.so" ] || ln -s "$so" "$shim/lib/lib$lib.so"
+	extra_cfg+=("--with-$lib=$shim")
+	note "$lib: from $hdr (links in $shim)"
+done
+
 # ---- 2. build dependencies ---------------------------------------------------------
 # Which components does the system lack?  (The component names match
 # .gpu-deps/MANIFEST, written by tests/gpu/fetch-deps.sh.)
@@ -483,7 +513,7 @@ if [ "$have_autotools" = no ] || [ "$fresh" = yes ]; then
 fi
 
 # ---- 4. configure (out of tree) --------------------------------------------------------
-cfg_args=(--with-cuda="$cuda_dir")
+cfg_args=(--with-cuda="$cuda_dir" "${extra_cfg[@]}")
 [ "$werror" = yes ] || cfg_args+=(--disable-werror)
 # Precious variables on the command line, so config.status remembers them.
 for v in PKG_CONFIG PKG_CONFIG_PATH PKG_CONFIG_LIBDIR CPPFLAGS LDFLAGS; do

@@ -39,7 +39,8 @@
  *   sum as above: 1e-4); an operand left unrounded moves a sum by about
  *   sqrt(K) * 2^-9 of its terms, over 1e-2.
  * - layernorm: double statistics on both sides, float element-wise steps
- *   in the same order: atol 1e-5, rtol 1e-5 (out, mean, rstd, dinp);
+ *   in the same order: atol 1e-5, rtol 1e-5 (out, mean, rstd, dinp); fused
+ *   with the residual add, the same, and res (one float addition) exact;
  *   dweight/dbias double sums over rows: atol 1e-5, rtol 1e-5.
  * - gelu (inputs U(-4,4)): tanhf differs by <= 2 ulp and nvcc contracts
  *   into FMAs: atol 1e-6, rtol 1e-5.
@@ -480,6 +481,33 @@ static void test_layernorm(void)
 	TIME_US(us, flow_cuda_layernorm_forward(d_out, d_mean, d_rstd, d_inp,
 						d_w, d_b, n, C, &g_diag,
 						g_stream));
+	report(&c, us);
+
+	/* Fused with the residual add: inp = a + b, the add exact on both
+	 * sides, the layernorm as above. */
+	check_init(&c, "residual_layernorm_forward");
+	{
+		float *a = host_rand(n * C, 1.0f, 3.0f);
+		float *bb = host_rand(n * C, 0.0f, 2.0f);
+		float *res = host_alloc(n * C * sizeof(float));
+		float *d_a = dev_floats(a, n * C), *d_bb = dev_floats(bb, n * C);
+		float *d_res = dev_alloc(n * C * sizeof(float));
+		flow_cpu_residual_layernorm_forward(res, out, mean, rstd, a, bb,
+						    w, b, n, C);
+		CU(flow_cuda_residual_layernorm_forward(d_res, d_out, d_mean,
+							d_rstd, d_a, d_bb, d_w,
+							d_b, n, C, &g_diag,
+							g_stream));
+		check_floats(&c, "res", res, d_res, n * C, 0.0, 0.0);
+		check_floats(&c, "out", out, d_out, n * C, 1e-5, 1e-5);
+		check_floats(&c, "mean", mean, d_mean, n, 1e-5, 1e-5);
+		check_floats(&c, "rstd", rstd, d_rstd, n, 1e-5, 1e-5);
+		TIME_US(us, flow_cuda_residual_layernorm_forward(
+				    d_res, d_out, d_mean, d_rstd, d_a, d_bb,
+				    d_w, d_b, n, C, &g_diag, g_stream));
+		/* The statistics of the layernorm's own input, for backward. */
+		flow_cpu_layernorm_forward(out, mean, rstd, inp, w, b, n, C);
+	}
 	report(&c, us);
 
 	/* Backward from the CPU's saved statistics on both sides, so the

@@ -546,6 +546,46 @@ static void test_kernels_matmul_bf16_panels(void **state)
 		  scratch);
 }
 
+/* ---- residual add fused with layernorm --------------------------------------*/
+
+/* The fused kernel of each host set gives the bits of its residual add
+ * then its layernorm, for widths within one simd block, odd ones and
+ * GPT-2's, with a residual stream far from zero mean. */
+static void test_kernels_residual_layernorm_is_the_unfused_pair(void **state)
+{
+	static const size_t widths[] = { 1, 37, 768 };
+	const flow_kernels_t *sets[] = { &flow_cpu_kernels, &flow_ref_kernels };
+
+	(void)state;
+	for (size_t s = 0; s < ARRAY_SIZE(sets); s++) {
+		const flow_kernels_t *k = sets[s];
+		for (size_t wi = 0; wi < ARRAY_SIZE(widths); wi++) {
+			size_t n = 130, C = widths[wi], nc = n * C;
+			float *a = buf_new(nc), *b = buf_new(nc);
+			float *w = buf_new(C), *bias = buf_new(C);
+			float *res = buf_new(nc), *out = buf_new(nc);
+			float *res1 = buf_new(nc), *out1 = buf_new(nc);
+			float *m = buf_new(n), *rs = buf_new(n);
+			float *m1 = buf_new(n), *rs1 = buf_new(n);
+
+			flow_rng_fill_normal(a, nc, 5, 1, 0, 3.0f, 1.0f);
+			flow_rng_fill_normal(b, nc, 5, 2, 0, 0.0f, 0.1f);
+			flow_rng_fill_normal(w, C, 5, 3, 0, 1.0f, 0.2f);
+			flow_rng_fill_normal(bias, C, 5, 4, 0, 0.0f, 0.2f);
+			k->residual_layernorm_forward(res, out, m, rs, a, b, w,
+						      bias, n, C);
+			k->residual_forward(res1, a, b, nc);
+			k->layernorm_forward(out1, m1, rs1, res1, w, bias, n, C);
+			assert_memory_equal(res, res1, nc * sizeof(float));
+			assert_memory_equal(out, out1, nc * sizeof(float));
+			assert_memory_equal(m, m1, n * sizeof(float));
+			assert_memory_equal(rs, rs1, n * sizeof(float));
+			BUFS_FREE(a, b, w, bias, res, out, res1, out1, m, rs,
+				  m1, rs1);
+		}
+	}
+}
+
 /* ---- embedding ---------------------------------------------------------------*/
 
 static const char *const embedding_fixtures[] = { "embedding_small",
@@ -1099,6 +1139,7 @@ int main(void)
 		cmocka_unit_test(test_kernels_matmul_bf16_matches_torch),
 		cmocka_unit_test(test_kernels_matmul_bf16_differs_from_fp32),
 		cmocka_unit_test(test_kernels_matmul_bf16_panels),
+		cmocka_unit_test(test_kernels_residual_layernorm_is_the_unfused_pair),
 		cmocka_unit_test(test_kernels_embedding_forward_matches_torch),
 		cmocka_unit_test(test_kernels_embedding_backward_matches_torch),
 		cmocka_unit_test(test_kernels_embedding_backward_accumulates),

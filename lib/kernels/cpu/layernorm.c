@@ -1,5 +1,6 @@
 /* CPU layernorm over the last dimension (biased variance, eps
- * FLOW_LAYERNORM_EPS, as torch.nn.LayerNorm), forward and backward. */
+ * FLOW_LAYERNORM_EPS, as torch.nn.LayerNorm), forward and backward, and
+ * its forward fused with the residual add before it. */
 #include <config.h>
 
 #include <math.h>
@@ -8,37 +9,63 @@
 
 #include "cpu_internal.h"
 
+/* One row: out = (x - mean) * rstd * weight + bias, with its mean and
+ * rstd. */
+static inline void layernorm_row(float *restrict o, float *mean, float *rstd,
+				 const float *restrict x, const float *weight,
+				 const float *bias, size_t C)
+{
+	double s = 0.0, ss = 0.0;
+
+	/* Two passes in double: the one-pass E[x^2]-E[x]^2 loses everything
+	 * when |mean| >> std (e.g. a residual stream with an offset), and the
+	 * double sums keep C=768..4096 at float rounding.  The simd reduction
+	 * order is fixed at compile time, so it is thread-count invariant. */
+#pragma omp simd reduction(+ : s)
+	for (size_t c = 0; c < C; c++)
+		s += x[c];
+	double m = s / (double)C;
+#pragma omp simd reduction(+ : ss)
+	for (size_t c = 0; c < C; c++) {
+		double d = x[c] - m;
+		ss += d * d;
+	}
+	float mf = (float)m;
+	float rs = (float)(1.0 / sqrt(ss / (double)C +
+				      (double)FLOW_LAYERNORM_EPS));
+	for (size_t c = 0; c < C; c++)
+		o[c] = (x[c] - mf) * rs * weight[c] + bias[c];
+	*mean = mf;
+	*rstd = rs;
+}
+
 void flow_cpu_layernorm_forward(float *out, float *mean, float *rstd,
 				const float *inp, const float *weight,
 				const float *bias, size_t n, size_t C)
 {
 #pragma omp parallel for schedule(static)
-	for (size_t r = 0; r < n; r++) {
-		const float *restrict x = inp + r * C;
-		float *restrict o = out + r * C;
-		double s = 0.0, ss = 0.0;
+	for (size_t r = 0; r < n; r++)
+		layernorm_row(out + r * C, &mean[r], &rstd[r], inp + r * C,
+			      weight, bias, C);
+}
 
-		/* Two passes in double: the one-pass E[x^2]-E[x]^2 loses
-		 * everything when |mean| >> std (e.g. a residual stream with an
-		 * offset), and the double sums keep C=768..4096 at float
-		 * rounding.  The simd reduction order is fixed at compile time,
-		 * so it is thread-count invariant. */
-#pragma omp simd reduction(+ : s)
+/* The residual row is summed and normalised while it is in L1: the add's
+ * float sums are residual_forward's, so the bits are the unfused pair's. */
+void flow_cpu_residual_layernorm_forward(float *res, float *out, float *mean,
+					 float *rstd, const float *a,
+					 const float *b, const float *weight,
+					 const float *bias, size_t n, size_t C)
+{
+#pragma omp parallel for schedule(static)
+	for (size_t r = 0; r < n; r++) {
+		float *restrict x = res + r * C;
+		const float *restrict xa = a + r * C;
+		const float *restrict xb = b + r * C;
+#pragma omp simd
 		for (size_t c = 0; c < C; c++)
-			s += x[c];
-		double m = s / (double)C;
-#pragma omp simd reduction(+ : ss)
-		for (size_t c = 0; c < C; c++) {
-			double d = x[c] - m;
-			ss += d * d;
-		}
-		float mf = (float)m;
-		float rs = (float)(1.0 / sqrt(ss / (double)C +
-					      (double)FLOW_LAYERNORM_EPS));
-		for (size_t c = 0; c < C; c++)
-			o[c] = (x[c] - mf) * rs * weight[c] + bias[c];
-		mean[r] = mf;
-		rstd[r] = rs;
+			x[c] = xa[c] + xb[c];
+		layernorm_row(out + r * C, &mean[r], &rstd[r], x, weight, bias,
+			      C);
 	}
 }
 

@@ -22,6 +22,7 @@ const flow_kernels_t flow_cpu_kernels = {
 	.attention_backward = flow_cpu_attention_backward,
 	.residual_forward = flow_cpu_residual_forward,
 	.residual_backward = flow_cpu_residual_backward,
+	.residual_layernorm_forward = flow_cpu_residual_layernorm_forward,
 	.cross_entropy_forward_backward =
 		flow_cpu_cross_entropy_forward_backward,
 	.adamw_update = flow_cpu_adamw_update,

@@ -1,4 +1,5 @@
-/* LayerNorm over the last dimension on the GPU.  Mirrors cpu/layernorm.c.
+/* LayerNorm over the last dimension on the GPU, and its forward fused with
+ * the residual add before it.  Mirrors cpu/layernorm.c.
  *
  * Forward and the dinp part of backward give one warp to each row (lanes
  * stride the channels, so each warp reads contiguous 128-byte segments); the
@@ -13,21 +14,33 @@
 #define LN_WARPS 8 /* rows per block */
 #define LN_COLS_ROWS 32 /* row partitions of the column-sum kernel */
 
+/* One warp per row.  With RESIDUAL the row is first res = a + b (each
+ * lane writes and then reads back only its own channels, so no barrier),
+ * as residual_forward's one float addition; otherwise it is inp. */
+template <bool RESIDUAL>
 static __global__ void layernorm_forward_kernel(
 	float *__restrict__ out, float *__restrict__ mean,
-	float *__restrict__ rstd, const float *__restrict__ inp,
-	const float *__restrict__ weight, const float *__restrict__ bias,
-	size_t n, size_t C)
+	float *__restrict__ rstd, float *res, const float *inp,
+	const float *__restrict__ b, const float *__restrict__ weight,
+	const float *__restrict__ bias, size_t n, size_t C)
 {
 	const unsigned lane = threadIdx.x & 31;
 	const size_t row_stride = (size_t)gridDim.x * LN_WARPS;
 	for (size_t r = (size_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
 	     r < n; r += row_stride) {
-		const float *x = inp + r * C;
+		const float *x = RESIDUAL ? res + r * C : inp + r * C;
 		float *y = out + r * C;
 		double sum = 0.0;
-		for (size_t c = lane; c < C; c += 32)
-			sum += x[c];
+		for (size_t c = lane; c < C; c += 32) {
+			if (RESIDUAL) {
+				const float v = __fadd_rn(inp[r * C + c],
+							  b[r * C + c]);
+				res[r * C + c] = v;
+				sum += v;
+			} else {
+				sum += x[c];
+			}
+		}
 		const double md = flow_warp_sum_d(sum) / (double)C;
 		double sq = 0.0;
 		for (size_t c = lane; c < C; c += 32) {
@@ -134,9 +147,26 @@ flow_err_t flow_cuda_layernorm_forward(float *out, float *mean, float *rstd,
 
 	if (n == 0 || C == 0)
 		return FLOW_OK;
-	layernorm_forward_kernel<<<flow_cuda__grid(n, LN_WARPS), LN_WARPS * 32,
-				   0, stream>>>(out, mean, rstd, inp, weight,
-						bias, n, C);
+	layernorm_forward_kernel<false>
+		<<<flow_cuda__grid(n, LN_WARPS), LN_WARPS * 32, 0, stream>>>(
+			out, mean, rstd, NULL, inp, NULL, weight, bias, n, C);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
+}
+
+flow_err_t flow_cuda_residual_layernorm_forward(
+	float *res, float *out, float *mean, float *rstd, const float *a,
+	const float *b, const float *weight, const float *bias, size_t n,
+	size_t C, flow_diag_t *diag, cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+
+	if (n == 0 || C == 0)
+		return FLOW_OK;
+	layernorm_forward_kernel<true>
+		<<<flow_cuda__grid(n, LN_WARPS), LN_WARPS * 32, 0, stream>>>(
+			out, mean, rstd, res, a, b, weight, bias, n, C);
 	FLOW_CUDA_LAUNCH_TRY(out);
 out:
 	return err;

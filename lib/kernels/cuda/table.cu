@@ -150,6 +150,16 @@ void residual_forward(float *out, const float *a, const float *b, size_t n)
 	ENQUEUE(flow_cuda_residual_forward(out, a, b, n, diag, STREAM));
 }
 
+void residual_layernorm_forward(float *res, float *out, float *mean,
+				float *rstd, const float *a, const float *b,
+				const float *weight, const float *bias,
+				size_t n, size_t C)
+{
+	ENQUEUE(flow_cuda_residual_layernorm_forward(res, out, mean, rstd, a,
+						     b, weight, bias, n, C,
+						     diag, STREAM));
+}
+
 void residual_backward(float *da, float *db, const float *dout, size_t n)
 {
 	ENQUEUE(flow_cuda_residual_backward(da, db, dout, n, diag, STREAM));
@@ -270,6 +280,7 @@ extern "C" const flow_kernels_t flow_cuda_kernels = {
 	attention_backward,
 	residual_forward,
 	residual_backward,
+	residual_layernorm_forward,
 	cross_entropy_forward_backward,
 	adamw_update,
 	adamw_update_all,

@@ -360,6 +360,17 @@ void flow_ref_residual_backward(float *da, float *db, const float *dout,
 	}
 }
 
+/* The residual add and then the layernorm of its output, as two kernels:
+ * the reference needs no fused pass. */
+void flow_ref_residual_layernorm_forward(float *res, float *out, float *mean,
+					 float *rstd, const float *a,
+					 const float *b, const float *weight,
+					 const float *bias, size_t n, size_t C)
+{
+	flow_ref_residual_forward(res, a, b, n * C);
+	flow_ref_layernorm_forward(out, mean, rstd, res, weight, bias, n, C);
+}
+
 /* ---- softmax cross-entropy ---------------------------------------------------------- */
 
 void flow_ref_cross_entropy_forward_backward(float *losses, float *logits,
