@@ -113,6 +113,12 @@ FLOW_EXPORT void flow_exec_free(flow_exec_t *exec);
 /* The graph and memory plan it runs; borrowed for the executor's life. */
 FLOW_EXPORT const flow_graph_t *flow_exec_graph(const flow_exec_t *exec);
 FLOW_EXPORT const flow_memplan_t *flow_exec_memplan(const flow_exec_t *exec);
+/* Wait until every kernel and copy the executor has enqueued is done, so
+ * that work outside its kernels' order (a collective on another stream)
+ * may read what they wrote; their first failure (a device's), or
+ * FLOW_OK.  Immediate on the host. */
+FLOW_EXPORT flow_err_t flow_exec_sync(flow_exec_t *exec,
+				      flow_diag_t *diag) FLOW_MUST_CHECK;
 /* How many residual adds run fused with the layernorm of their output
  * (flow/kernels.h, residual_layernorm_forward). */
 FLOW_EXPORT size_t flow_exec_fused_pairs(const flow_exec_t *exec);

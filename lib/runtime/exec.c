@@ -455,6 +455,11 @@ const flow_kernels_t *flow_exec_kernels(const flow_exec_t *x)
 	return x->kernels;
 }
 
+flow_err_t flow_exec_sync(flow_exec_t *x, flow_diag_t *diag)
+{
+	return exec_finish(x, diag);
+}
+
 flow_err_t flow_exec_copy_in(flow_exec_t *x, void *dst, const void *src,
 			     size_t bytes, flow_diag_t *diag)
 {

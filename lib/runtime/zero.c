@@ -202,8 +202,11 @@ static flow_err_t host_view(flow_zero_t *z, flow_comm_t *comm,
 			    float **view_out, flow_diag_t *diag)
 {
 	if (!staged(comm, exec)) {
+		/* The collective reads p on its own stream (NCCL's): what the
+		 * kernels still have in flight (AdamW's update of the shard
+		 * about to be gathered) must land first. */
 		*view_out = p;
-		return FLOW_OK;
+		return flow_exec_sync(exec, diag);
 	}
 	if (!z->staging &&
 	    !(z->staging = flow_alloc(z->largest * sizeof(float))))

@@ -350,9 +350,12 @@ void *flow_cuda_storage_alloc(size_t bytes)
 	flow_caching_alloc_t *a = device_alloc(diag);
 	if (!a || flow_caching_alloc_malloc(a, bytes, &p, diag) != FLOW_OK)
 		return nullptr;
-	/* Zeroed, as the storage contract says; synchronously, so no kernel
-	 * of any stream can see the memory before it is. */
-	if (bytes && cudaMemset(p, 0, bytes) != cudaSuccess) {
+	/* Zeroed, as the storage contract says, and waited for: a plain
+	 * cudaMemset may return before it is done and orders only the
+	 * blocking streams after it, not NCCL's non-blocking one, which may
+	 * write the memory first (a ZeRO landing buffer). */
+	if (bytes && (cudaMemsetAsync(p, 0, bytes, STREAM) != cudaSuccess ||
+		      cudaStreamSynchronize(STREAM) != cudaSuccess)) {
 		flow_caching_alloc_release(a, p);
 		return nullptr;
 	}
