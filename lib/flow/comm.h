@@ -36,9 +36,11 @@ typedef enum {
 typedef struct flow_comm flow_comm_t;
 
 /* The communicator of every rank of the world.  Collective over the world.
- * For NCCL the device is local_rank % cudaGetDeviceCount(), set with
- * cudaSetDevice before the call returns; two ranks of one node on the same
- * GPU (host and PCI bus id exchanged) are refused with FLOW_ERR_USAGE.
+ * For NCCL the device is the rank's by the GPU binding rule
+ * (flow/gpu_binding.h: FLOW_CUDA_DEVICE, Slurm's binding, else the local
+ * rank), set with cudaSetDevice before the call returns; two ranks of one
+ * node on the same GPU (host and PCI bus id exchanged) are refused with
+ * FLOW_ERR_USAGE.
  * FLOW_ERR_NOTSUP for NCCL in a build without it. */
 FLOW_EXPORT flow_err_t flow_comm_world(flow_world_t *w,
 				       flow_comm_backend_t backend,
