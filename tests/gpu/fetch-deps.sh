@@ -10,8 +10,10 @@
 #
 # 1. Downloads with 'apt-get download' (no root needed when the package lists
 #    are current) the runtime and -dev packages of zstd, xxHash, OpenBLAS
-#    (pthread variant, with libgfortran5 and libquadmath0), cmocka, bats and
-#    pkgconf into .gpu-deps/ (ignored by git), and writes .gpu-deps/MANIFEST
+#    (pthread variant, with libgfortran5 and libquadmath0), cmocka, Jansson,
+#    PMIx (with libevent, hwloc and munge: flow-train --nproc is a PMIx
+#    server), bats and pkgconf into .gpu-deps/ (ignored by git), and writes
+#    .gpu-deps/MANIFEST
 #    (component, package, file, sha256) for run.sh.  A .deb already there is
 #    kept; others are removed.
 # 2. Runs autoreconf -fi in the source tree, so that configure, Makefile.in,
@@ -66,6 +68,14 @@ openblas:libgfortran5
 openblas:libquadmath0
 cmocka:libcmocka0
 cmocka:libcmocka-dev
+jansson:libjansson4
+jansson:libjansson-dev
+pmix:libpmix2
+pmix:libpmix-dev
+pmix:libevent-core-2.1-7
+pmix:libevent-pthreads-2.1-7
+pmix:libhwloc15
+pmix:libmunge2
 bats:bats
 '
 

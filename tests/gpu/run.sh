@@ -11,8 +11,9 @@
 # machine without network access, without the autotools and without some of
 # the build dependencies:
 #
-# - Dependencies: zstd, xxHash, OpenBLAS, cmocka, bats and pkg-config are each
-#   taken from the system when it has them; each one it lacks is unpacked
+# - Dependencies: zstd, xxHash, OpenBLAS, cmocka, Jansson, PMIx, bats and
+#   pkg-config are each taken from the system when it has them; each one
+#   it lacks is unpacked
 #   (dpkg -x, or ar+tar, or python3) from the .debs in .gpu-deps/ into a
 #   private prefix ($FLOW_DEPS_PREFIX), and PKG_CONFIG_PATH, CPPFLAGS,
 #   LDFLAGS (-L, -rpath), PATH and, for running tests, LD_LIBRARY_PATH point
@@ -123,6 +124,10 @@ summary() {
 	echo "---- summary ($logs/summary.txt)"
 	cat "$logs/summary.txt"
 }
+
+# Killed from outside (the device tool's limit, a ^C): still print what
+# ran, and count the kill as a failure.
+trap 'note "FAILED: killed by a signal after $(($(date +%s) - start))s"; failed=$((failed + 1)); summary; exit 1' TERM INT
 
 # Seconds left of the budget (0 or less when it is spent).
 left() {
@@ -314,7 +319,7 @@ done
 # .gpu-deps/MANIFEST, written by tests/gpu/fetch-deps.sh.)
 use=
 if [ "$deps_mode" = all ]; then
-	use='pkgconf zstd xxhash openblas cmocka bats'
+	use='pkgconf zstd xxhash openblas cmocka jansson pmix bats'
 elif [ "$deps_mode" = auto ]; then
 	if command -v pkg-config >/dev/null 2>&1; then
 		syspc="pkg-config"
@@ -326,6 +331,8 @@ elif [ "$deps_mode" = auto ]; then
 	$syspc --exists 'libxxhash >= 0.8' 2>/dev/null || use="$use xxhash"
 	$syspc --exists openblas 2>/dev/null || use="$use openblas"
 	$syspc --exists 'cmocka >= 1.1' 2>/dev/null || use="$use cmocka"
+	$syspc --exists 'jansson >= 2.10' 2>/dev/null || use="$use jansson"
+	$syspc --exists pmix 2>/dev/null || use="$use pmix"
 	command -v bats >/dev/null 2>&1 || use="$use bats"
 fi
 use=${use# }
@@ -425,6 +432,8 @@ EOF
 	fi
 	[ -x "$P/usr/bin/bats" ] && ln -sfn ../usr/bin/bats "$P/bin/bats"
 	export PATH=$P/bin:$PATH
+	# PMIx finds its plugins and help files under its install prefix.
+	[ -d "$L/pmix2" ] && export PMIX_INSTALL_PREFIX=$L/pmix2
 	pcdirs=$L/pkgconfig:$L/openblas-pthread/pkgconfig:$P/usr/share/pkgconfig
 	if [ "$deps_mode" = all ]; then
 		# Only the prefix's .pc files: proves the build needs nothing else.
@@ -453,7 +462,7 @@ pc=${PKG_CONFIG:-pkg-config}
 	echo "CPPFLAGS=${CPPFLAGS:-}"
 	echo "LDFLAGS=${LDFLAGS:-}"
 	echo "test LD_LIBRARY_PATH=${test_ldpath:-}${test_ldpath:+:}${LD_LIBRARY_PATH:-}"
-	for m in libzstd libxxhash openblas cmocka; do
+	for m in libzstd libxxhash openblas cmocka jansson pmix; do
 		printf '%-10s %s %s\n' "$m" "$($pc --modversion $m 2>&1 | head -n 1)" \
 			"$($pc --libs $m 2>/dev/null)"
 	done
@@ -654,7 +663,9 @@ run_rows() {
 # (init, loss, every gradient, one AdamW step); one test per row.
 if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
 	exec_out=$build/exec.stdout
-	run_rows test_cuda_exec "$exec_out" "$(cap 90)" "$build/tests/gpu/test_cuda_exec"
+	t=$(cap 90)
+	[ "$t" -ge 5 ] || t=5 # timeout 0 would mean no limit at all
+	run_rows test_cuda_exec "$exec_out" "$t" "$build/tests/gpu/test_cuda_exec"
 	note "GPU executor: $rows_pass passed, $rows_fail failed ($(grep -E '^# (loss|grad norm|device memory)' "$exec_out" | tr '\n' ' '))"
 fi
 
@@ -664,7 +675,7 @@ fi
 # test per collective.  A GPU machine without NCCL in the build is a failure.
 if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
 	if grep -q 'HAVE_NCCL 1' "$build/config.h"; then
-		ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+		ngpu=$(${nvsmi:-nvidia-smi} -L 2>/dev/null | grep -c "^GPU" || true)
 		[ "${ngpu:-0}" -ge 1 ] || ngpu=1
 		for coll in all_reduce reduce_scatter all_gather all_to_all broadcast; do
 			t=$(cap 60)
@@ -674,8 +685,12 @@ if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
 				continue
 			fi
 			rc=0
+			# One GPU: a world of one rank, which needs no launcher
+			# (--nproc needs PMIx).
+			ranks=()
+			[ "$ngpu" -gt 1 ] && ranks=(--nproc "$ngpu")
 			timeout -k 5 "$t" "$build/bin/flow-bench" comm "$coll" --backend nccl \
-				-b 8 -e 64M -f 8 --iters 5 --warmup 2 --comm-timeout 30 --nproc "$ngpu" \
+				-b 8 -e 64M -f 8 --iters 5 --warmup 2 --comm-timeout 30 "${ranks[@]}" \
 				>>"$logs/gpu.log" 2>&1 || rc=$?
 			if [ "$rc" -eq 0 ]; then
 				passed=$((passed + 1))
@@ -708,6 +723,12 @@ if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
 		note "GPU training: $rows_pass passed, $rows_fail failed"
 		notes="$notes$(sed 's/^/  /' "$train_out")
 "
+		# What the programs said, for a failure's cause without a rerun.
+		for f in "$build"/gpu-train/*.err "$build"/gpu-train/gpt2.out; do
+			[ -s "$f" ] || continue
+			echo "######## ${f#"$build"/} (last 20 lines)"
+			tail -n 20 "$f"
+		done >>"$logs/gpu.log" 2>&1
 	fi
 fi
 

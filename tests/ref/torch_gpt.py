@@ -422,11 +422,13 @@ def bf16_linear(x, w, b=None):
     return _Bf16Linear.apply(x, w, b)
 
 
-def gpt_forward(p, cfg, idx, targets=None, linear=F.linear):
+def gpt_forward(p, cfg, idx, targets=None, linear=F.linear, sdpa=False):
     """Forward of GPT-2 on idx [B,T] with parameters p {name: tensor}, its
-    projections through linear (F.linear, or bf16_linear).  Returns
-    (logits [B,T,Vp], mean cross-entropy over the first V columns or
-    None)."""
+    projections through linear (F.linear, or bf16_linear), its attention
+    through F.scaled_dot_product_attention with sdpa (PyTorch 2: fused
+    kernels on a GPU; the benchmarks' PyTorch at its best) or written out
+    (the references).  Returns (logits [B,T,Vp], mean cross-entropy over
+    the first V columns or None)."""
     B, T = idx.shape
     C, NH, V = cfg["dim"], cfg["heads"], cfg["vocab"]
     hs = C // NH
@@ -442,9 +444,13 @@ def gpt_forward(p, cfg, idx, targets=None, linear=F.linear):
         q = q.view(B, T, NH, hs).transpose(1, 2)
         k = k.view(B, T, NH, hs).transpose(1, 2)
         v = v.view(B, T, NH, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        if sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
         x = x + linear(y, p[h + "attn.c_proj.weight"],
                        p[h + "attn.c_proj.bias"])
         m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"],
@@ -512,17 +518,22 @@ class Trainer:
     """The training loop of flow-train in PyTorch, from given weights."""
 
     def __init__(self, cfg, weights, hp, dtype=torch.float32, device="cpu",
-                 autocast=None, compile_model=False, bf16_gemms=False):
+                 autocast=None, compile_model=False, bf16_gemms=False,
+                 fast=False):
         """autocast: None, or a dtype (torch.bfloat16) the forward pass
         runs in under torch.autocast, weights staying dtype;
         compile_model: the forward through torch.compile; bf16_gemms:
-        every projection through bf16_linear (flow's --precision bf16)."""
+        every projection through bf16_linear (flow's --precision bf16);
+        fast: PyTorch's fastest equivalents for a benchmark, the fused
+        attention (sdpa) and fused AdamW (on a GPU), not the reference's
+        arithmetic."""
         self.cfg, self.hp = cfg, hp
         self.device, self.autocast = torch.device(device), autocast
-        forward = gpt_forward
-        if bf16_gemms:
-            def forward(p, cfg, idx, targets=None):
-                return gpt_forward(p, cfg, idx, targets, linear=bf16_linear)
+        linear = bf16_linear if bf16_gemms else F.linear
+
+        def forward(p, cfg, idx, targets=None):
+            return gpt_forward(p, cfg, idx, targets, linear=linear,
+                               sdpa=fast)
         self.forward = torch.compile(forward) if compile_model else forward
         self.names = [n for n, _ in param_shapes(cfg)]
         self.params = {}
@@ -543,7 +554,8 @@ class Trainer:
             [{"params": decay, "weight_decay": hp.weight_decay},
              {"params": nodecay, "weight_decay": 0.0}],
             lr=float(hp.lr), betas=(hp.beta1, hp.beta2), eps=hp.eps,
-            foreach=False)
+            **({"fused": True} if fast and self.device.type == "cuda"
+               else {"foreach": False}))
         self.step_no = 0
 
     def plist(self):
@@ -679,13 +691,16 @@ def cmd_bench(a):
     cfg = parse_spec(a.model)
     hp = Hyper(steps=a.steps + a.warmup_steps, grad_accum=1)
     t0 = time.perf_counter()
+    # On a GPU, PyTorch at its best: fused attention and AdamW (PyTorch 2).
+    fast = cuda and hasattr(F, "scaled_dot_product_attention")
     tr = Trainer(cfg, gpt2_init(cfg, a.seed), hp, device=a.device,
                  autocast=torch.bfloat16 if a.precision == "bf16" else None,
-                 compile_model=a.compile)
+                 compile_model=a.compile, fast=fast)
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"model {a.model}, B {a.batch}, T {a.seq_len}, device {a.device}, "
           f"precision {a.precision}, "
-          f"{'torch.compile' if a.compile else 'eager'}, init "
+          f"{'torch.compile' if a.compile else 'eager'}, "
+          f"{'sdpa attention, fused AdamW' if fast else 'reference attention and AdamW'}, init "
           f"{(time.perf_counter() - t0) * 1e3:.0f} ms", flush=True)
     g = torch.Generator()
     g.manual_seed(a.seed)
