@@ -158,13 +158,22 @@ typedef void flow_residual_backward_fn(float *da, float *db,
  * same bits as residual_forward then layernorm_forward, in one pass over
  * the rows, so res is written but never read back.  The executor runs
  * so every ADD op whose output the next op layer-normalises (GPT-2's
- * residual adds). */
+ * residual adds), and their backward ops by the kernel below. */
 typedef void flow_residual_layernorm_forward_fn(float *res, float *out,
 						float *mean, float *rstd,
 						const float *a, const float *b,
 						const float *weight,
 						const float *bias, size_t n,
 						size_t C);
+/* Its backward, the other way round: layernorm_backward's gradient of res
+ * added into dres (which the rest of the residual stream's gradient is
+ * already in), then residual_backward of the whole dres into da and db:
+ * the same bits as those two kernels in turn, in one pass over the rows.
+ * dres is required; da, db, dweight and dbias are each optional. */
+typedef void flow_layernorm_residual_backward_fn(
+	float *dres, float *da, float *db, float *dweight, float *dbias,
+	const float *dout, const float *res, const float *weight,
+	const float *mean, const float *rstd, size_t n, size_t C);
 
 /* ---- fused softmax cross-entropy ----------------------------------------- */
 /* logits is (n, Vp) of which the first V columns are real and the rest
@@ -274,6 +283,7 @@ typedef struct flow_kernels {
 	flow_residual_forward_fn *residual_forward;
 	flow_residual_backward_fn *residual_backward;
 	flow_residual_layernorm_forward_fn *residual_layernorm_forward;
+	flow_layernorm_residual_backward_fn *layernorm_residual_backward;
 	flow_cross_entropy_forward_backward_fn *cross_entropy_forward_backward;
 	flow_adamw_update_fn *adamw_update;
 	/* Optional (NULL in the host sets, whose per-tensor calls cost
@@ -315,6 +325,8 @@ FLOW_EXPORT flow_residual_forward_fn flow_cpu_residual_forward;
 FLOW_EXPORT flow_residual_backward_fn flow_cpu_residual_backward;
 FLOW_EXPORT flow_residual_layernorm_forward_fn
 	flow_cpu_residual_layernorm_forward;
+FLOW_EXPORT flow_layernorm_residual_backward_fn
+	flow_cpu_layernorm_residual_backward;
 FLOW_EXPORT flow_cross_entropy_forward_backward_fn
 	flow_cpu_cross_entropy_forward_backward;
 FLOW_EXPORT flow_adamw_update_fn flow_cpu_adamw_update;

@@ -182,6 +182,13 @@ FLOW_EXPORT flow_err_t flow_cuda_residual_layernorm_forward(
 	float *res, float *out, float *mean, float *rstd, const float *a,
 	const float *b, const float *weight, const float *bias, size_t n,
 	size_t C, flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+/* layernorm_backward into dres, then residual_backward of dres into da and
+ * db (each optional), in the dinp pass: the two kernels' bits. */
+FLOW_EXPORT flow_err_t flow_cuda_layernorm_residual_backward(
+	float *dres, float *da, float *db, float *dweight, float *dbias,
+	const float *dout, const float *res, const float *weight,
+	const float *mean, const float *rstd, size_t n, size_t C,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
 /* dinp, dweight, dbias are each optional. */
 FLOW_EXPORT flow_err_t flow_cuda_layernorm_backward(float *dinp,
 						    float *dweight,

@@ -64,6 +64,8 @@ FLOW_EXPORT flow_residual_forward_fn flow_ref_residual_forward;
 FLOW_EXPORT flow_residual_backward_fn flow_ref_residual_backward;
 FLOW_EXPORT flow_residual_layernorm_forward_fn
 	flow_ref_residual_layernorm_forward;
+FLOW_EXPORT flow_layernorm_residual_backward_fn
+	flow_ref_layernorm_residual_backward;
 
 FLOW_EXPORT flow_cross_entropy_forward_backward_fn
 	flow_ref_cross_entropy_forward_backward;

@@ -1,7 +1,8 @@
 /* Live ranges and memory planning: every transient tensor (activation,
  * saved, gradient) gets an offset in one arena, shared with tensors whose
  * live ranges do not overlap.  Greedy: largest first, each at the lowest
- * 64-byte aligned offset free over its whole range. */
+ * 64-byte aligned offset free over its whole range.  The op pairs the
+ * executor runs as one kernel count as one op. */
 #include <config.h>
 
 #include <stdlib.h>
@@ -23,13 +24,36 @@ static void range_start(const flow_graph_t *g, int t, int *first, int *last)
 	*last = persistent ? (int)g->nops - 1 : -1;
 }
 
-/* Op i reads the tensor, or writes it when writes. */
-static void range_touch(int i, bool writes, int *first, int *last)
+bool flow_graph_fused_with_next(const flow_graph_t *g, size_t i)
 {
+	if (i + 1 >= g->nops)
+		return false;
+	const flow_graph_op_t *p = &g->ops[i], *q = &g->ops[i + 1];
+	if (p->attrs.split_axes || q->attrs.split_axes)
+		return false;
+	if (i + 1 < g->nforward)
+		return p->kind == FLOW_OP_ADD && q->kind == FLOW_OP_LAYERNORM &&
+		       q->in[0] == p->out[0];
+	return i >= g->nforward && p->kind == FLOW_OP_LAYERNORM_BACKWARD &&
+	       q->kind == FLOW_OP_ADD_BACKWARD && p->out[0] >= 0 &&
+	       q->in[0] == p->out[0];
+}
+
+/* Op i reads the tensor, or writes it when writes.  A fused pair is one
+ * op here: touching either op is touching both, so the pair's tensors
+ * never share storage and its kernel may write the second op's outputs
+ * while it still reads the first op's tensors. */
+static void range_touch(const flow_graph_t *g, size_t i, bool writes,
+			int *first, int *last)
+{
+	int begin = i > 0 && flow_graph_fused_with_next(g, i - 1) ? (int)i - 1
+								  : (int)i;
+	int end = flow_graph_fused_with_next(g, i) ? (int)i + 1 : (int)i;
+
 	if (writes && *first < 0)
-		*first = i;
-	if (*last < i)
-		*last = i;
+		*first = begin;
+	if (*last < end)
+		*last = end;
 }
 
 void flow_graph_live_ranges(const flow_graph_t *g, int *first, int *last)
@@ -41,11 +65,11 @@ void flow_graph_live_ranges(const flow_graph_t *g, int *first, int *last)
 
 		for (int k = 0; k < op->nin; k++)
 			if (op->in[k] >= 0)
-				range_touch((int)i, false, &first[op->in[k]],
+				range_touch(g, i, false, &first[op->in[k]],
 					    &last[op->in[k]]);
 		for (int k = 0; k < op->nout; k++)
 			if (op->out[k] >= 0)
-				range_touch((int)i, true, &first[op->out[k]],
+				range_touch(g, i, true, &first[op->out[k]],
 					    &last[op->out[k]]);
 	}
 }
@@ -61,10 +85,10 @@ void flow_graph_live_range(const flow_graph_t *g, int t, int *first_out,
 
 		for (int k = 0; k < op->nin; k++)
 			if (op->in[k] == t)
-				range_touch((int)i, false, &first, &last);
+				range_touch(g, i, false, &first, &last);
 		for (int k = 0; k < op->nout; k++)
 			if (op->out[k] == t)
-				range_touch((int)i, true, &first, &last);
+				range_touch(g, i, true, &first, &last);
 	}
 	*first_out = first;
 	*last_out = last;

@@ -305,40 +305,15 @@ static flow_err_t exec_prepare_ops(flow_exec_t *x, flow_diag_t *diag)
 	return FLOW_OK;
 }
 
-/* Do the bytes of tensors t and u share storage? */
-static bool tensors_overlap(const flow_exec_t *x, int t, int u)
-{
-	uintptr_t a = (uintptr_t)x->ptr[t], b = (uintptr_t)x->ptr[u];
-	size_t na = flow_graph_tensor_bytes(x->g, t);
-	size_t nb = flow_graph_tensor_bytes(x->g, u);
-
-	return na && nb && a < b + nb && b < a + na;
-}
-
-/* Fuse each forward ADD with the next op when that op layer-normalises
- * the ADD's output (residual_layernorm_forward: the same bits, one pass
- * over the residual stream fewer).  The fused kernel writes the
- * layernorm's outputs while it still reads the ADD's inputs, so the pair
- * is fused only where the memory plan gave them separate storage (it may
- * not have: the inputs' live ranges can end at the ADD). */
+/* Run each residual add and the layernorm of its output as one kernel,
+ * forward and backward (flow_graph_fused_with_next): the same bits, one
+ * pass over the residual stream or its gradient fewer.  The memory plan
+ * counted each pair as one op, so the kernel may write the second op's
+ * outputs while it still reads the first op's tensors. */
 static void exec_fuse(flow_exec_t *x)
 {
-	const flow_graph_t *g = x->g;
-
-	for (size_t i = 0; i + 1 < g->nforward; i++) {
-		const flow_graph_op_t *add = &g->ops[i], *ln = &g->ops[i + 1];
-		bool apart = true;
-
-		if (add->kind != FLOW_OP_ADD || ln->kind != FLOW_OP_LAYERNORM ||
-		    add->attrs.split_axes || ln->attrs.split_axes ||
-		    ln->in[0] != add->out[0] || x->ops[i].fused)
-			continue;
-		for (int o = 0; o < ln->nout; o++)
-			for (int k = 0; k < add->nin; k++)
-				if (ln->out[o] >= 0 &&
-				    tensors_overlap(x, ln->out[o], add->in[k]))
-					apart = false;
-		if (!apart)
+	for (size_t i = 0; i + 1 < x->g->nops; i++) {
+		if (x->ops[i].fused || !flow_graph_fused_with_next(x->g, i))
 			continue;
 		x->ops[i].fuse_next = true;
 		x->ops[i + 1].fused = true;
@@ -735,17 +710,23 @@ static double now_seconds(void)
  * collective of a localized graph, a device error) stops the pass and
  * every later one: a half-run pass leaves tensors no later pass could
  * trust. */
-/* The ADD o and the layernorm ln of its output, in one kernel. */
-static void exec_fused(flow_exec_t *x, const exec_op_t *o, const exec_op_t *ln)
+/* The fused pair o, next (exec_fuse), in one kernel. */
+static void exec_fused(flow_exec_t *x, const exec_op_t *o, const exec_op_t *next)
 {
-	x->kernels->residual_layernorm_forward(ln->in[0], ln->out[0],
-					       ln->out[1], ln->out[2], o->in[0],
-					       o->in[1], ln->in[1], ln->in[2],
-					       ln->dim[DIM_N], ln->dim[DIM_C]);
+	if (o->kind == FLOW_OP_ADD) /* next: the layernorm of its output */
+		x->kernels->residual_layernorm_forward(
+			next->in[0], next->out[0], next->out[1], next->out[2],
+			o->in[0], o->in[1], next->in[1], next->in[2],
+			next->dim[DIM_N], next->dim[DIM_C]);
+	else /* o: layernorm backward; next: the add's, of o's dinp */
+		x->kernels->layernorm_residual_backward(
+			o->out[0], next->out[0], next->out[1], o->out[1],
+			o->out[2], o->in[0], o->in[1], o->in[2], o->in[3],
+			o->in[4], o->dim[DIM_N], o->dim[DIM_C]);
 }
 
 /* Ops [begin, end); a fused pair counts in the profile as its two ops,
- * its time under the second's kind. */
+ * its time under the layernorm's kind. */
 static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 {
 	for (size_t i = begin; i < end && x->err == FLOW_OK; i++) {
@@ -772,8 +753,8 @@ static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 				x->profile[x->ops[k].kind].flops +=
 					x->ops[k].flops;
 			}
-			x->profile[x->ops[last].kind].seconds +=
-				now_seconds() - t0;
+			size_t ln = x->ops[i].kind == FLOW_OP_ADD ? last : i;
+			x->profile[x->ops[ln].kind].seconds += now_seconds() - t0;
 		}
 		i = last;
 	}

@@ -41,6 +41,7 @@
  * - layernorm: double statistics on both sides, float element-wise steps
  *   in the same order: atol 1e-5, rtol 1e-5 (out, mean, rstd, dinp); fused
  *   with the residual add, the same, and res (one float addition) exact;
+ *   its backward fused with the add's, the same for dres, da and db;
  *   dweight/dbias double sums over rows: atol 1e-5, rtol 1e-5.
  * - gelu (inputs U(-4,4)): tanhf differs by <= 2 ulp and nvcc contracts
  *   into FMAs: atol 1e-6, rtol 1e-5.
@@ -527,6 +528,35 @@ static void test_layernorm(void)
 						 d_inp, d_w, d_mean_cpu,
 						 d_rstd_cpu, n, C, &g_diag,
 						 g_stream));
+	report(&c, us);
+
+	/* Fused with the residual add's backward: dres as dinp above, then
+	 * da += dres and db += dres, one float addition each. */
+	check_init(&c, "layernorm_residual_backward");
+	{
+		float *dres = host_rand(n * C, -1.0f, 1.0f);
+		float *da = host_rand(n * C, -1.0f, 1.0f);
+		float *dbb = host_rand(n * C, -1.0f, 1.0f);
+		float *d_dres = dev_floats(dres, n * C);
+		float *d_da = dev_floats(da, n * C), *d_dbb = dev_floats(dbb, n * C);
+		float *d_dw2 = dev_floats(dw, C), *d_db2 = dev_floats(db, C);
+		float *dw2 = host_copy(dw, C), *db2 = host_copy(db, C);
+		flow_cpu_layernorm_residual_backward(dres, da, dbb, dw2, db2,
+						     dout, inp, w, mean, rstd,
+						     n, C);
+		CU(flow_cuda_layernorm_residual_backward(
+			d_dres, d_da, d_dbb, d_dw2, d_db2, d_dout, d_inp, d_w,
+			d_mean_cpu, d_rstd_cpu, n, C, &g_diag, g_stream));
+		check_floats(&c, "dres", dres, d_dres, n * C, 1e-5, 1e-5);
+		check_floats(&c, "da", da, d_da, n * C, 1e-5, 1e-5);
+		check_floats(&c, "db", dbb, d_dbb, n * C, 1e-5, 1e-5);
+		check_floats(&c, "dweight", dw2, d_dw2, C, 1e-5, 1e-5);
+		check_floats(&c, "dbias", db2, d_db2, C, 1e-5, 1e-5);
+		TIME_US(us, flow_cuda_layernorm_residual_backward(
+				    d_dres, d_da, d_dbb, d_dw2, d_db2, d_dout,
+				    d_inp, d_w, d_mean_cpu, d_rstd_cpu, n, C,
+				    &g_diag, g_stream));
+	}
 	report(&c, us);
 	free_all();
 }

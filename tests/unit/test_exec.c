@@ -133,6 +133,7 @@ static void test_exec_kernel_tables_are_filled(void **state)
 	ASSERT_MEMBER(residual_forward);
 	ASSERT_MEMBER(residual_backward);
 	ASSERT_MEMBER(residual_layernorm_forward);
+	ASSERT_MEMBER(layernorm_residual_backward);
 	ASSERT_MEMBER(cross_entropy_forward_backward);
 	ASSERT_MEMBER(adamw_update);
 	ASSERT_MEMBER(sum_squares);
@@ -300,19 +301,23 @@ static void test_exec_cuda_without_a_gpu_is_one_line(void **state)
 	flow_graph_release(&g);
 }
 
-/* r = x + h, then layernorm(r), forward only, where h is the input y
- * itself (persistent storage: the pair fuses) or matmul(y) (its bytes die
- * at the ADD, and the memory plan gives them to the layernorm's output:
- * the pair must not fuse).  Either way the executor gives exactly what
- * residual_forward then layernorm_forward give by hand; returns how many
- * pairs it fused. */
+/* r = x + h, then layernorm(r), and its backward from a seed gradient
+ * of the layernorm's output, where h is the input y itself or matmul(y),
+ * whose bytes would die at the add but for the pair (the memory plan
+ * counts a fused pair as one op).  The executor fuses both pairs and gives
+ * exactly what the kernels give called in turn by hand: residual_forward,
+ * layernorm_forward, layernorm_backward, residual_backward.  Returns how
+ * many pairs it fused. */
 static size_t residual_layernorm_by_hand(flow_kernel_set_t set,
 					 const flow_kernels_t *k, bool via_matmul)
 {
 	flow_init_t normal = { FLOW_INIT_NORMAL, 0.5f, 0 };
 	flow_init_t ones = { FLOW_INIT_ONES, 0.0f, 0 };
+	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_graph_t g;
 	float h[DN * DOUT], r[DN * DOUT], ln[DN * DOUT], mean[DN], rstd[DN];
+	float dr[DN * DOUT] = { 0 }, dh[DN * DOUT] = { 0 };
+	float dlw[DOUT] = { 0 }, dlb[DOUT] = { 0 };
 
 	flow_graph_init(&g);
 	int x = graphutil_tensor(&g, "x", FLOW_ROLE_INPUT, FLOW_DTYPE_F32, 2,
@@ -325,33 +330,51 @@ static size_t residual_layernorm_by_hand(flow_kernel_set_t set,
 	int hv = via_matmul ? OP(&g, FLOW_OP_MATMUL, "fc", y, w, -1) : y;
 	int res = OP(&g, FLOW_OP_ADD, "residual", x, hv);
 	int out = OP(&g, FLOW_OP_LAYERNORM, "ln", res, lw, lb);
+	int dy = graphutil_must(flow_graph_backward_from(&g, out, &diag), &diag);
 	flow_exec_t *e = exec_new(&g, set);
 	float *xv = flow_exec_tensor(e, x), *yv = flow_exec_tensor(e, y);
+	float *dyv = flow_exec_tensor(e, dy);
 
 	assert_int_equal(flow_exec_init_params(e, 7, NULL), FLOW_OK);
-	for (int i = 0; i < DN * DOUT; i++)
+	for (int i = 0; i < DN * DOUT; i++) {
 		xv[i] = (float)((i * 7) % 13) / 6.0f + 2.0f;
+		dyv[i] = (float)((i * 3) % 7) / 4.0f - 0.75f;
+	}
 	for (size_t i = 0; i < (size_t)DN * (via_matmul ? DIN : DOUT); i++)
 		yv[i] = (float)((i * 5) % 11) / 10.0f - 0.5f;
 	graphutil_forward(e);
+	/* Both die in the backward pass, whose tensors may reuse them. */
+	float got_r[DN * DOUT], got_ln[DN * DOUT];
+	memcpy(got_r, flow_exec_tensor(e, res), sizeof(got_r));
+	memcpy(got_ln, flow_exec_tensor(e, out), sizeof(got_ln));
+	graphutil_backward(e);
 
 	const float *wv = flow_exec_tensor(e, w);
+	const float *lwv = flow_exec_tensor(e, lw), *lbv = flow_exec_tensor(e, lb);
 	if (via_matmul)
 		k->matmul_forward(h, yv, wv, NULL, DN, DIN, DOUT);
 	else
 		memcpy(h, yv, sizeof(h));
 	k->residual_forward(r, xv, h, DN * DOUT);
-	k->layernorm_forward(ln, mean, rstd, r, flow_exec_tensor(e, lw),
-			     flow_exec_tensor(e, lb), DN, DOUT);
-	assert_memory_equal(flow_exec_tensor(e, res), r, sizeof(r));
-	assert_memory_equal(flow_exec_tensor(e, out), ln, sizeof(ln));
+	k->layernorm_forward(ln, mean, rstd, r, lwv, lbv, DN, DOUT);
+	k->layernorm_backward(dr, dlw, dlb, dyv, r, lwv, mean, rstd, DN, DOUT);
+	k->residual_backward(NULL, dh, dr, DN * DOUT);
+	assert_memory_equal(got_r, r, sizeof(r));
+	assert_memory_equal(got_ln, ln, sizeof(ln));
+	assert_memory_equal(flow_exec_tensor(e, g.tensors[lw].grad), dlw,
+			    sizeof(dlw));
+	assert_memory_equal(flow_exec_tensor(e, g.tensors[lb].grad), dlb,
+			    sizeof(dlb));
+	if (via_matmul) /* h's gradient reaches w through the matmul */
+		assert_memory_equal(flow_exec_tensor(e, g.tensors[hv].grad), dh,
+				    sizeof(dh));
 	size_t fused = flow_exec_fused_pairs(e);
 	flow_exec_free(e);
 	flow_graph_release(&g);
 	return fused;
 }
 
-static void test_exec_fuses_residual_and_layernorm_where_apart(void **state)
+static void test_exec_fuses_residual_and_layernorm(void **state)
 {
 	(void)state;
 	assert_int_equal(residual_layernorm_by_hand(FLOW_KERNELS_CPU,
@@ -362,13 +385,16 @@ static void test_exec_fuses_residual_and_layernorm_where_apart(void **state)
 			 1);
 	assert_int_equal(residual_layernorm_by_hand(FLOW_KERNELS_CPU,
 						    &flow_cpu_kernels, true),
-			 0);
+			 2);
+	assert_int_equal(residual_layernorm_by_hand(FLOW_KERNELS_REF,
+						    &flow_ref_kernels, true),
+			 2);
 	/* GPT-2: every residual add feeds a layernorm (ln_2, the next
-	 * block's ln_1, ln_f), and all of them fuse. */
+	 * block's ln_1, ln_f): two pairs a block, forward and backward. */
 	flow_graph_t g;
 	graphutil_gpt_build(&g, &gpt_one_block, true);
 	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_CPU);
-	assert_int_equal(flow_exec_fused_pairs(x), 2);
+	assert_int_equal(flow_exec_fused_pairs(x), 4);
 	flow_exec_free(x);
 	flow_graph_release(&g);
 }
@@ -941,7 +967,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_exec_kernel_tables_are_filled),
 		cmocka_unit_test(test_exec_runs_the_kernels_of_its_set),
-		cmocka_unit_test(test_exec_fuses_residual_and_layernorm_where_apart),
+		cmocka_unit_test(test_exec_fuses_residual_and_layernorm),
 		cmocka_unit_test(test_exec_tensor_upload_download_round_trip),
 		cmocka_unit_test(test_exec_kernel_sets_name_their_device),
 		cmocka_unit_test(test_exec_cuda_without_a_gpu_is_one_line),

@@ -548,9 +548,48 @@ static void test_kernels_matmul_bf16_panels(void **state)
 
 /* ---- residual add fused with layernorm --------------------------------------*/
 
-/* The fused kernel of each host set gives the bits of its residual add
- * then its layernorm, for widths within one simd block, odd ones and
- * GPT-2's, with a residual stream far from zero mean. */
+/* The backward pair: layernorm_backward into dres (holding the rest of
+ * the stream's gradient), then residual_backward of dres into da and db
+ * (each accumulating, each optional). */
+static void residual_layernorm_backward_check(const flow_kernels_t *k,
+					      size_t n, size_t C,
+					      const float *res, const float *w,
+					      const float *m, const float *rs)
+{
+	size_t nc = n * C;
+	float *dout = buf_new(nc), *dres = buf_new(nc), *dres1 = buf_new(nc);
+	float *da = buf_new(nc), *db = buf_new(nc), *da1 = buf_new(nc);
+	float *db1 = buf_new(nc), *dw = buf_start(C, 0.5f);
+	float *dw1 = buf_start(C, 0.5f), *dbias = buf_start(C, -0.5f);
+	float *dbias1 = buf_start(C, -0.5f);
+
+	flow_rng_fill_normal(dout, nc, 6, 1, 0, 0.0f, 1.0f);
+	flow_rng_fill_normal(dres, nc, 6, 2, 0, 0.0f, 1.0f);
+	flow_rng_fill_normal(da, nc, 6, 3, 0, 0.0f, 1.0f);
+	flow_rng_fill_normal(db, nc, 6, 4, 0, 0.0f, 1.0f);
+	memcpy(dres1, dres, nc * sizeof(float));
+	memcpy(da1, da, nc * sizeof(float));
+	memcpy(db1, db, nc * sizeof(float));
+	for (int skip = 0; skip < 3; skip++) { /* both, no da, no db */
+		float *a = skip == 1 ? NULL : da, *b = skip == 2 ? NULL : db;
+		k->layernorm_residual_backward(dres, a, b, dw, dbias, dout, res,
+					       w, m, rs, n, C);
+		k->layernorm_backward(dres1, dw1, dbias1, dout, res, w, m, rs,
+				      n, C);
+		k->residual_backward(a ? da1 : NULL, b ? db1 : NULL, dres1, nc);
+		assert_memory_equal(dres, dres1, nc * sizeof(float));
+		assert_memory_equal(da, da1, nc * sizeof(float));
+		assert_memory_equal(db, db1, nc * sizeof(float));
+		assert_memory_equal(dw, dw1, C * sizeof(float));
+		assert_memory_equal(dbias, dbias1, C * sizeof(float));
+	}
+	BUFS_FREE(dout, dres, dres1, da, db, da1, db1, dw, dw1, dbias, dbias1);
+}
+
+/* The fused kernels of each host set give the bits of its residual add
+ * then its layernorm, and of their backward kernels in turn, for widths
+ * within one simd block, odd ones and GPT-2's, with a residual stream far
+ * from zero mean. */
 static void test_kernels_residual_layernorm_is_the_unfused_pair(void **state)
 {
 	static const size_t widths[] = { 1, 37, 768 };
@@ -580,6 +619,7 @@ static void test_kernels_residual_layernorm_is_the_unfused_pair(void **state)
 			assert_memory_equal(out, out1, nc * sizeof(float));
 			assert_memory_equal(m, m1, n * sizeof(float));
 			assert_memory_equal(rs, rs1, n * sizeof(float));
+			residual_layernorm_backward_check(k, n, C, res, w, m, rs);
 			BUFS_FREE(a, b, w, bias, res, out, res1, out1, m, rs,
 				  m1, rs1);
 		}

@@ -104,6 +104,32 @@ static void layernorm_param_grads(float *dweight, float *dbias,
 	}
 }
 
+/* One row of dinp += the gradient of the layernorm's input. */
+static inline void layernorm_dinp_row(float *restrict g,
+				      const float *restrict d,
+				      const float *restrict x,
+				      const float *weight, float m, float rs,
+				      size_t C)
+{
+	double sd = 0.0, sdn = 0.0;
+
+	/* dx = rstd * (dn - mean(dn) - n * mean(dn * n)) with n the
+	 * normalised input and dn = dout * weight. */
+#pragma omp simd reduction(+ : sd, sdn)
+	for (size_t c = 0; c < C; c++) {
+		float dn = d[c] * weight[c];
+		sd += dn;
+		sdn += dn * ((x[c] - m) * rs);
+	}
+	float mdn = (float)(sd / (double)C);
+	float mdnn = (float)(sdn / (double)C);
+	for (size_t c = 0; c < C; c++) {
+		float nrm = (x[c] - m) * rs;
+		float dn = d[c] * weight[c];
+		g[c] += (dn - mdn - nrm * mdnn) * rs;
+	}
+}
+
 void flow_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
 				 const float *dout, const float *inp,
 				 const float *weight, const float *mean,
@@ -111,31 +137,44 @@ void flow_cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
 {
 	if (dinp) {
 #pragma omp parallel for schedule(static)
-		for (size_t r = 0; r < n; r++) {
-			const float *restrict x = inp + r * C;
-			const float *restrict d = dout + r * C;
-			float *restrict g = dinp + r * C;
-			float m = mean[r], rs = rstd[r];
-			double sd = 0.0, sdn = 0.0;
-
-			/* dx = rstd * (dn - mean(dn) - n * mean(dn * n)) with
-			 * n the normalised input and dn = dout * weight. */
-#pragma omp simd reduction(+ : sd, sdn)
-			for (size_t c = 0; c < C; c++) {
-				float dn = d[c] * weight[c];
-				sd += dn;
-				sdn += dn * ((x[c] - m) * rs);
-			}
-			float mdn = (float)(sd / (double)C);
-			float mdnn = (float)(sdn / (double)C);
-			for (size_t c = 0; c < C; c++) {
-				float nrm = (x[c] - m) * rs;
-				float dn = d[c] * weight[c];
-				g[c] += (dn - mdn - nrm * mdnn) * rs;
-			}
-		}
+		for (size_t r = 0; r < n; r++)
+			layernorm_dinp_row(dinp + r * C, dout + r * C,
+					   inp + r * C, weight, mean[r], rstd[r],
+					   C);
 	}
 	if (dweight || dbias)
 		layernorm_param_grads(dweight, dbias, dout, inp, mean, rstd,
+				      n, C);
+}
+
+/* dres's row is added into da and db while it is in L1, each a float
+ * addition as residual_backward's: the bits of the unfused pair. */
+void flow_cpu_layernorm_residual_backward(float *dres, float *da, float *db,
+					  float *dweight, float *dbias,
+					  const float *dout, const float *res,
+					  const float *weight,
+					  const float *mean, const float *rstd,
+					  size_t n, size_t C)
+{
+#pragma omp parallel for schedule(static)
+	for (size_t r = 0; r < n; r++) {
+		float *restrict g = dres + r * C;
+		layernorm_dinp_row(g, dout + r * C, res + r * C, weight,
+				   mean[r], rstd[r], C);
+		if (da) {
+			float *restrict ga = da + r * C;
+#pragma omp simd
+			for (size_t c = 0; c < C; c++)
+				ga[c] += g[c];
+		}
+		if (db) {
+			float *restrict gb = db + r * C;
+#pragma omp simd
+			for (size_t c = 0; c < C; c++)
+				gb[c] += g[c];
+		}
+	}
+	if (dweight || dbias)
+		layernorm_param_grads(dweight, dbias, dout, res, mean, rstd,
 				      n, C);
 }

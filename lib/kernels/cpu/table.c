@@ -23,6 +23,7 @@ const flow_kernels_t flow_cpu_kernels = {
 	.residual_forward = flow_cpu_residual_forward,
 	.residual_backward = flow_cpu_residual_backward,
 	.residual_layernorm_forward = flow_cpu_residual_layernorm_forward,
+	.layernorm_residual_backward = flow_cpu_layernorm_residual_backward,
 	.cross_entropy_forward_backward =
 		flow_cpu_cross_entropy_forward_backward,
 	.adamw_update = flow_cpu_adamw_update,

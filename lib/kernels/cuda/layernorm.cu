@@ -66,8 +66,15 @@ static __global__ void layernorm_forward_kernel(
 	}
 }
 
+/* dinp += the gradient of the layernorm's input, a warp per row.  With
+ * RESIDUAL, dinp is the residual stream's gradient dres, and each element
+ * once summed is added into da and db (each optional), as
+ * residual_backward's one float addition each: the lane that wrote it
+ * reads it, so no barrier. */
+template <bool RESIDUAL>
 static __global__ void layernorm_dinp_kernel(
-	float *__restrict__ dinp, const float *__restrict__ dout,
+	float *__restrict__ dinp, float *__restrict__ da,
+	float *__restrict__ db, const float *__restrict__ dout,
 	const float *__restrict__ inp, const float *__restrict__ weight,
 	const float *__restrict__ mean, const float *__restrict__ rstd,
 	size_t n, size_t C)
@@ -95,7 +102,12 @@ static __global__ void layernorm_dinp_kernel(
 			const float dnorm = __fmul_rn(dy[c], weight[c]);
 			float d = __fsub_rn(dnorm, dnorm_mean);
 			d = __fsub_rn(d, __fmul_rn(norm, dnorm_norm_mean));
-			dx[c] += __fmul_rn(d, s);
+			const float g = __fadd_rn(dx[c], __fmul_rn(d, s));
+			dx[c] = g;
+			if (RESIDUAL && da)
+				da[r * C + c] = __fadd_rn(da[r * C + c], g);
+			if (RESIDUAL && db)
+				db[r * C + c] = __fadd_rn(db[r * C + c], g);
 		}
 	}
 }
@@ -172,22 +184,30 @@ out:
 	return err;
 }
 
-flow_err_t flow_cuda_layernorm_backward(float *dinp, float *dweight,
-					float *dbias, const float *dout,
-					const float *inp, const float *weight,
-					const float *mean, const float *rstd,
-					size_t n, size_t C, flow_diag_t *diag,
-					cudaStream_t stream)
+/* The layernorm's backward (dinp, then the parameters' column sums),
+ * with the residual add's backward fused into the dinp pass when da or db
+ * is given. */
+static flow_err_t layernorm_backward(float *dinp, float *da, float *db,
+				     float *dweight, float *dbias,
+				     const float *dout, const float *inp,
+				     const float *weight, const float *mean,
+				     const float *rstd, size_t n, size_t C,
+				     flow_diag_t *diag, cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
 	const dim3 block(32, LN_COLS_ROWS);
 
 	if (n == 0 || C == 0)
 		return FLOW_OK;
-	if (dinp) {
-		layernorm_dinp_kernel<<<flow_cuda__grid(n, LN_WARPS),
-					LN_WARPS * 32, 0, stream>>>(
-			dinp, dout, inp, weight, mean, rstd, n, C);
+	if (dinp && (da || db)) {
+		layernorm_dinp_kernel<true><<<flow_cuda__grid(n, LN_WARPS),
+					      LN_WARPS * 32, 0, stream>>>(
+			dinp, da, db, dout, inp, weight, mean, rstd, n, C);
+		FLOW_CUDA_LAUNCH_TRY(out);
+	} else if (dinp) {
+		layernorm_dinp_kernel<false><<<flow_cuda__grid(n, LN_WARPS),
+					       LN_WARPS * 32, 0, stream>>>(
+			dinp, NULL, NULL, dout, inp, weight, mean, rstd, n, C);
 		FLOW_CUDA_LAUNCH_TRY(out);
 	}
 	if (dweight || dbias) {
@@ -201,4 +221,25 @@ flow_err_t flow_cuda_layernorm_backward(float *dinp, float *dweight,
 	}
 out:
 	return err;
+}
+
+flow_err_t flow_cuda_layernorm_backward(float *dinp, float *dweight,
+					float *dbias, const float *dout,
+					const float *inp, const float *weight,
+					const float *mean, const float *rstd,
+					size_t n, size_t C, flow_diag_t *diag,
+					cudaStream_t stream)
+{
+	return layernorm_backward(dinp, NULL, NULL, dweight, dbias, dout, inp,
+				  weight, mean, rstd, n, C, diag, stream);
+}
+
+flow_err_t flow_cuda_layernorm_residual_backward(
+	float *dres, float *da, float *db, float *dweight, float *dbias,
+	const float *dout, const float *res, const float *weight,
+	const float *mean, const float *rstd, size_t n, size_t C,
+	flow_diag_t *diag, cudaStream_t stream)
+{
+	return layernorm_backward(dres, da, db, dweight, dbias, dout, res,
+				  weight, mean, rstd, n, C, diag, stream);
 }

@@ -160,6 +160,17 @@ void residual_layernorm_forward(float *res, float *out, float *mean,
 						     diag, STREAM));
 }
 
+void layernorm_residual_backward(float *dres, float *da, float *db,
+				 float *dweight, float *dbias,
+				 const float *dout, const float *res,
+				 const float *weight, const float *mean,
+				 const float *rstd, size_t n, size_t C)
+{
+	ENQUEUE(flow_cuda_layernorm_residual_backward(
+		dres, da, db, dweight, dbias, dout, res, weight, mean, rstd, n,
+		C, diag, STREAM));
+}
+
 void residual_backward(float *da, float *db, const float *dout, size_t n)
 {
 	ENQUEUE(flow_cuda_residual_backward(da, db, dout, n, diag, STREAM));
@@ -281,6 +292,7 @@ extern "C" const flow_kernels_t flow_cuda_kernels = {
 	residual_forward,
 	residual_backward,
 	residual_layernorm_forward,
+	layernorm_residual_backward,
 	cross_entropy_forward_backward,
 	adamw_update,
 	adamw_update_all,

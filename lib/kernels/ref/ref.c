@@ -360,8 +360,8 @@ void flow_ref_residual_backward(float *da, float *db, const float *dout,
 	}
 }
 
-/* The residual add and then the layernorm of its output, as two kernels:
- * the reference needs no fused pass. */
+/* The residual add and then the layernorm of its output, and their
+ * backward, as two kernels each: the reference needs no fused pass. */
 void flow_ref_residual_layernorm_forward(float *res, float *out, float *mean,
 					 float *rstd, const float *a,
 					 const float *b, const float *weight,
@@ -369,6 +369,18 @@ void flow_ref_residual_layernorm_forward(float *res, float *out, float *mean,
 {
 	flow_ref_residual_forward(res, a, b, n * C);
 	flow_ref_layernorm_forward(out, mean, rstd, res, weight, bias, n, C);
+}
+
+void flow_ref_layernorm_residual_backward(float *dres, float *da, float *db,
+					  float *dweight, float *dbias,
+					  const float *dout, const float *res,
+					  const float *weight,
+					  const float *mean, const float *rstd,
+					  size_t n, size_t C)
+{
+	flow_ref_layernorm_backward(dres, dweight, dbias, dout, res, weight,
+				    mean, rstd, n, C);
+	flow_ref_residual_backward(da, db, dres, n * C);
 }
 
 /* ---- softmax cross-entropy ---------------------------------------------------------- */

@@ -23,6 +23,7 @@ const flow_kernels_t flow_ref_kernels = {
 	.residual_forward = flow_ref_residual_forward,
 	.residual_backward = flow_ref_residual_backward,
 	.residual_layernorm_forward = flow_ref_residual_layernorm_forward,
+	.layernorm_residual_backward = flow_ref_layernorm_residual_backward,
 	.cross_entropy_forward_backward =
 		flow_ref_cross_entropy_forward_backward,
 	.adamw_update = flow_ref_adamw_update,
