@@ -51,6 +51,8 @@ static const char help_text[] =
 	"  crossentropy  N,V,VP     fused softmax cross-entropy, V of VP columns\n"
 	"  adamw         N          AdamW update of N parameters\n"
 	"  gradnorm      N[,K]      global norm clipping, N floats in K tensors\n"
+	"  resln         N,C        residual add and layernorm fused, forward and\n"
+	"                           backward, against the two kernels in turn\n"
 	"  all                      every kernel above with its default shapes\n"
 	"\n"
 	"Options:\n"

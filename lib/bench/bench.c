@@ -803,6 +803,99 @@ static flow_err_t bench_residual(bench_ctx_t *c)
 	return FLOW_OK;
 }
 
+/* ---- residual add fused with layernorm ------------------------------------------------ */
+
+/* The fused kernels against the two they replace, called in turn and timed
+ * alongside (the peer columns): res = a + b and layernorm(res), then the
+ * layernorm's backward into dres and the add's of dres into da and db. */
+static flow_err_t bench_resln(bench_ctx_t *c)
+{
+	const flow_bench_config_t *cfg = c->cfg;
+	size_t N = D(0), C = D(1), NC = N * C;
+	float *a, *b, *w, *bias, *res, *out, *mean, *rstd, *ref_res, *ref_out;
+	float *ref_mean, *ref_rstd, *dout, *dres, *da, *db, *dw, *dbias;
+	float *ref_dres, *ref_da, *ref_db, *ref_dw, *ref_dbias;
+	flow_bench_record_t *fwd = record_new(c, "fwd");
+	flow_bench_record_t *bwd = record_new(c, "bwd");
+
+	ALLOC_F(a, NC, "a");
+	ALLOC_F(b, NC, "b");
+	ALLOC_F(w, C, "weight");
+	ALLOC_F(bias, C, "bias");
+	ALLOC_F(res, NC, "res");
+	ALLOC_F(out, NC, "out");
+	ALLOC_F(mean, N, "mean");
+	ALLOC_F(rstd, N, "rstd");
+	ALLOC_F(ref_res, NC, "reference res");
+	ALLOC_F(ref_out, NC, "reference out");
+	ALLOC_F(ref_mean, N, "reference mean");
+	ALLOC_F(ref_rstd, N, "reference rstd");
+	ALLOC_F(dout, NC, "dout");
+	ALLOC_F(dres, NC, "dres");
+	ALLOC_F(da, NC, "da");
+	ALLOC_F(db, NC, "db");
+	ALLOC_F(dw, C, "dweight");
+	ALLOC_F(dbias, C, "dbias");
+	ALLOC_F(ref_dres, NC, "reference dres");
+	ALLOC_F(ref_da, NC, "reference da");
+	ALLOC_F(ref_db, NC, "reference db");
+	ALLOC_F(ref_dw, C, "reference dweight");
+	ALLOC_F(ref_dbias, C, "reference dbias");
+	/* A residual stream with an offset mean, and a branch beside it. */
+	fill_normal(a, NC, cfg, STREAM_A, 0.5f, 2.0f);
+	fill_normal(b, NC, cfg, STREAM_B, 0.0f, 0.5f);
+	fill_uniform(w, C, cfg, STREAM_C, 0.5f, 1.5f);
+	fill_uniform(bias, C, cfg, STREAM_D, -0.5f, 0.5f);
+	fill_normal(dout, NC, cfg, STREAM_E, 0.0f, 1.0f);
+
+	flow_cpu_residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias,
+					    N, C);
+	flow_ref_residual_layernorm_forward(ref_res, ref_out, ref_mean,
+					    ref_rstd, a, b, w, bias, N, C);
+	record_check(fwd, res, ref_res, NC);
+	record_check(fwd, out, ref_out, NC);
+	record_check(fwd, mean, ref_mean, N);
+	record_check(fwd, rstd, ref_rstd, N);
+	BENCH_TIME_PAIR(cfg, c->samples, c->peer_samples,
+			flow_cpu_residual_layernorm_forward(res, out, mean, rstd,
+							    a, b, w, bias, N, C),
+			{
+				flow_cpu_residual_forward(res, a, b, NC);
+				flow_cpu_layernorm_forward(out, mean, rstd, res,
+							   w, bias, N, C);
+			});
+	record_time(c, fwd, 9.0 * NC, 4.0 * (4.0 * NC + 2.0 * C + 2.0 * N));
+	record_blas(c, fwd);
+
+	/* Backward from zeroed gradients, with the reference statistics. */
+	flow_cpu_layernorm_residual_backward(dres, da, db, dw, dbias, dout,
+					     ref_res, w, ref_mean, ref_rstd, N,
+					     C);
+	flow_ref_layernorm_residual_backward(ref_dres, ref_da, ref_db, ref_dw,
+					     ref_dbias, dout, ref_res, w,
+					     ref_mean, ref_rstd, N, C);
+	record_check(bwd, dres, ref_dres, NC);
+	record_check(bwd, da, ref_da, NC);
+	record_check(bwd, db, ref_db, NC);
+	record_check(bwd, dw, ref_dw, C);
+	record_check(bwd, dbias, ref_dbias, C);
+	BENCH_TIME_PAIR(cfg, c->samples, c->peer_samples,
+			flow_cpu_layernorm_residual_backward(
+				dres, da, db, dw, dbias, dout, ref_res, w,
+				ref_mean, ref_rstd, N, C),
+			{
+				flow_cpu_layernorm_backward(dres, dw, dbias,
+							    dout, ref_res, w,
+							    ref_mean, ref_rstd,
+							    N, C);
+				flow_cpu_residual_backward(da, db, dres, NC);
+			});
+	record_time(c, bwd, 16.0 * NC, 4.0 * (7.0 * NC + 5.0 * C + 2.0 * N));
+	record_blas(c, bwd);
+
+	return FLOW_OK;
+}
+
 /* ---- cross-entropy ------------------------------------------------------------------------- */
 
 /* Every 8th row (r % 8 == 7) has target -1, the "ignore" case. */
@@ -983,6 +1076,8 @@ static const bench_kernel_t bench_kernels[FLOW_BENCH_NKERNELS] = {
 			       { SHAPE(7087872) } },
 	[FLOW_BENCH_GRADNORM] = { "gradnorm", "N[,K]", 1, 2, 1e-5, 1e-9,
 				  bench_gradnorm, 1, { SHAPE(7087872, 12) } },
+	[FLOW_BENCH_RESLN] = { "resln", "N,C", 2, 2, 1e-4, 1e-5, bench_resln, 1,
+			       { SHAPE(256, 768) } },
 };
 
 static const bench_kernel_t *kernel_entry(flow_bench_kernel_t k)

@@ -43,23 +43,36 @@ static inline double bench_now_us(void)
 		}                                                             \
 	} while (0)
 
-/* As BENCH_TIME_CALLS for two calls that alternate round by round (A, B, A,
- * B, ...), timing each into its own samples: a comparison of A with B is
- * then exposed to the same load. */
+/* As BENCH_TIME_CALLS for two calls that alternate round by round, timing
+ * each into its own samples: a comparison of A with B is then exposed to
+ * the same load.  The order swaps every round (A B, B A, ...), so that
+ * neither always finds the caches as the other left them (at sizes near
+ * the last-level cache that alone moved a ratio by 15%). */
 #define BENCH_TIME_PAIR(cfg, samples_a, samples_b, CALL_A, CALL_B)            \
 	do {                                                                  \
 		unsigned bench_total_ = (cfg)->warmup + (cfg)->iters;         \
 		for (unsigned bench_it_ = 0; bench_it_ < bench_total_;        \
 		     bench_it_++) {                                           \
-			double bench_t0_ = bench_now_us();                    \
-			CALL_A;                                               \
-			double bench_t1_ = bench_now_us();                    \
-			CALL_B;                                               \
-			double bench_t2_ = bench_now_us();                    \
+			double bench_ta_, bench_tb_, bench_t0_, bench_t1_;    \
+			if (bench_it_ & 1) {                                  \
+				bench_t0_ = bench_now_us();                   \
+				CALL_B;                                       \
+				bench_t1_ = bench_now_us();                   \
+				CALL_A;                                       \
+				bench_ta_ = bench_now_us() - bench_t1_;       \
+				bench_tb_ = bench_t1_ - bench_t0_;            \
+			} else {                                              \
+				bench_t0_ = bench_now_us();                   \
+				CALL_A;                                       \
+				bench_t1_ = bench_now_us();                   \
+				CALL_B;                                       \
+				bench_ta_ = bench_t1_ - bench_t0_;            \
+				bench_tb_ = bench_now_us() - bench_t1_;       \
+			}                                                     \
 			if (bench_it_ >= (cfg)->warmup) {                     \
 				unsigned bench_i_ = bench_it_ - (cfg)->warmup; \
-				(samples_a)[bench_i_] = bench_t1_ - bench_t0_; \
-				(samples_b)[bench_i_] = bench_t2_ - bench_t1_; \
+				(samples_a)[bench_i_] = bench_ta_;            \
+				(samples_b)[bench_i_] = bench_tb_;            \
 			}                                                     \
 		}                                                             \
 	} while (0)

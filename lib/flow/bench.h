@@ -50,6 +50,8 @@ typedef enum {
 	FLOW_BENCH_CROSSENTROPY,
 	FLOW_BENCH_ADAMW,
 	FLOW_BENCH_GRADNORM,
+	FLOW_BENCH_RESLN, /* the residual add and layernorm fused, against
+			   * the two kernels in turn */
 	FLOW_BENCH_NKERNELS
 } flow_bench_kernel_t;
 

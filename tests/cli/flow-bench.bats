@@ -242,6 +242,16 @@ run_kernel() {
 		{ r = $7 / $10; if (r - $11 > 0.01 || $11 - r > 0.01) exit 1 }'
 }
 
+@test "flow-bench kernel resln checks the fused kernels and times the unfused pair beside them" {
+	run_kernel resln 7,33 64,768
+	tsv_rows "$output" | awk -F'\t' '
+		$1 != "resln" { next }
+		$2 != "fwd" && $2 != "bwd" { bad = 1 }
+		$10 == "-" || $11 == "-" || $13 != 0 { bad = 1 }
+		{ n++ }
+		END { exit bad || n != 4 }'
+}
+
 @test "flow-bench --json writes one document with the same records" {
 	run --separate-stderr flow-bench kernel matmul --shape 16,32,24 --json "${FAST[@]}"
 	[ "$status" -eq 0 ]

@@ -161,17 +161,19 @@ void flow_cpu_layernorm_residual_backward(float *dres, float *da, float *db,
 		float *restrict g = dres + r * C;
 		layernorm_dinp_row(g, dout + r * C, res + r * C, weight,
 				   mean[r], rstd[r], C);
-		if (da) {
+		if (da && db) { /* one pass over g for both */
 			float *restrict ga = da + r * C;
-#pragma omp simd
-			for (size_t c = 0; c < C; c++)
-				ga[c] += g[c];
-		}
-		if (db) {
 			float *restrict gb = db + r * C;
 #pragma omp simd
-			for (size_t c = 0; c < C; c++)
+			for (size_t c = 0; c < C; c++) {
+				ga[c] += g[c];
 				gb[c] += g[c];
+			}
+		} else if (da || db) {
+			float *restrict gx = (da ? da : db) + r * C;
+#pragma omp simd
+			for (size_t c = 0; c < C; c++)
+				gx[c] += g[c];
 		}
 	}
 	if (dweight || dbias)
