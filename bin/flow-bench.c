@@ -53,6 +53,8 @@ static const char help_text[] =
 	"  gradnorm      N[,K]      global norm clipping, N floats in K tensors\n"
 	"  resln         N,C        residual add and layernorm fused, forward and\n"
 	"                           backward, against the two kernels in turn\n"
+	"  matmul_bf16   N,IN,OUT   matmul with bf16 GEMM operands (flow-train\n"
+	"                           --precision bf16), against fp32 sgemm\n"
 	"  all                      every kernel above with its default shapes\n"
 	"\n"
 	"Options:\n"

@@ -293,6 +293,36 @@ static void matmul_inputs(const flow_bench_config_t *cfg, size_t N, size_t IN,
 	fill_normal(dout, N * OUT, cfg, STREAM_D, 0.0f, 1.0f);
 }
 
+/* The matmul of set k, fp32 or with bf16 GEMM operands (matmul_bf16, its
+ * scratch given): the one call the matmul benchmarks make of either. */
+static void mm_forward(const flow_kernels_t *k, void *bf16_scratch,
+		       float *out, const float *inp, const float *weight,
+		       const float *bias, size_t n, size_t in, size_t out_dim)
+{
+	if (bf16_scratch)
+		k->matmul_bf16_forward(out, bf16_scratch, inp, weight, bias, n,
+				       in, out_dim);
+	else
+		k->matmul_forward(out, inp, weight, bias, n, in, out_dim);
+}
+
+static void mm_backward(const flow_kernels_t *k, void *bf16_scratch,
+			float *dinp, float *dweight, float *dbias,
+			const float *dout, const float *inp,
+			const float *weight, size_t n, size_t in,
+			size_t out_dim)
+{
+	if (bf16_scratch)
+		k->matmul_bf16_backward(dinp, dweight, dbias, bf16_scratch,
+					dout, inp, weight, n, in, out_dim);
+	else
+		k->matmul_backward(dinp, dweight, dbias, dout, inp, weight, n,
+				   in, out_dim);
+}
+
+/* matmul, or matmul_bf16: the CPU set's matmul with bf16 GEMM operands,
+ * checked against the reference's and timed against the same sgemms on
+ * the unrounded operands (what the emulation of bf16 costs here). */
 static flow_err_t bench_matmul(bench_ctx_t *c)
 {
 	const flow_bench_config_t *cfg = c->cfg;
@@ -302,8 +332,19 @@ static flow_err_t bench_matmul(bench_ctx_t *c)
 	double gemm_flops = 2.0 * N * IN * OUT;
 	float *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
 	float *rows_in, *rows_out, *rows_ref, *cols_dout, *wrows, *wref, *bref;
+	void *scratch = NULL, *ref_scratch = NULL; /* bf16 only */
+	const flow_kernels_t *cpu = &flow_cpu_kernels, *ref = &flow_ref_kernels;
 	flow_bench_record_t *fwd = record_new(c, "fwd");
 	flow_bench_record_t *bwd = record_new(c, "bwd");
+
+	if (c->k == FLOW_BENCH_MATMUL_BF16) {
+		size_t r1 = ref->matmul_bf16_scratch_bound(R, IN, OUT);
+		size_t r2 = ref->matmul_bf16_scratch_bound(N, IN, RO);
+		ALLOC(scratch, cpu->matmul_bf16_scratch_bound(N, IN, OUT), 1,
+		      "bf16 operands");
+		ALLOC(ref_scratch, r1 > r2 ? r1 : r2, 1,
+		      "reference bf16 operands");
+	}
 
 	ALLOC_F(inp, N * IN, "inp");
 	ALLOC_F(weight, OUT * IN, "weight");
@@ -323,16 +364,18 @@ static flow_err_t bench_matmul(bench_ctx_t *c)
 	matmul_inputs(cfg, N, IN, OUT, inp, weight, bias, dout);
 
 	/* Forward: check sampled rows of out. */
-	flow_cpu_matmul_forward(out, inp, weight, bias, N, IN, OUT);
+	mm_forward(cpu, scratch, out, inp, weight, bias, N, IN, OUT);
 	gather_rows(rows_in, inp, R, N, IN);
 	gather_rows(rows_out, out, R, N, OUT);
-	flow_ref_matmul_forward(rows_ref, rows_in, weight, bias, R, IN, OUT);
+	mm_forward(ref, ref_scratch, rows_ref, rows_in, weight, bias, R, IN,
+		   OUT);
 	record_check(fwd, rows_out, rows_ref, R * OUT);
 
 	/* flow and the bare sgemm alternate call by call, so load from other
 	 * processes on a shared machine slows both alike. */
 	BENCH_TIME_PAIR(cfg, c->samples, c->peer_samples,
-			flow_cpu_matmul_forward(out, inp, weight, bias, N, IN, OUT),
+			mm_forward(cpu, scratch, out, inp, weight, bias, N, IN,
+				   OUT),
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
 				    (int)N, (int)OUT, (int)IN, 1.0f, inp, (int)IN,
 				    weight, (int)IN, 0.0f, out, (int)OUT));
@@ -342,20 +385,20 @@ static flow_err_t bench_matmul(bench_ctx_t *c)
 
 	/* Backward from zeroed gradients: sampled rows of dinp, sampled
 	 * rows of dweight and the matching dbias entries. */
-	flow_cpu_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IN,
-				 OUT);
+	mm_backward(cpu, scratch, dinp, dweight, dbias, dout, inp, weight, N,
+		    IN, OUT);
 	gather_rows(rows_out, dout, R, N, OUT); /* dout rows */
 	memset(rows_ref, 0, R * IN * sizeof(float));
-	flow_ref_matmul_backward(rows_ref, NULL, NULL, rows_out, rows_in,
-				 weight, R, IN, OUT);
+	mm_backward(ref, ref_scratch, rows_ref, NULL, NULL, rows_out, rows_in,
+		    weight, R, IN, OUT);
 	gather_rows(rows_out, dinp, R, N, IN);
 	record_check(bwd, rows_out, rows_ref, R * IN);
 	for (size_t r = 0; r < N; r++)
 		for (size_t k = 0; k < RO; k++)
 			cols_dout[r * RO + k] = dout[r * OUT + sample_row(k, RO, OUT)];
 	gather_rows(wrows, weight, RO, OUT, IN);
-	flow_ref_matmul_backward(NULL, wref, bref, cols_dout, inp, wrows, N, IN,
-				 RO);
+	mm_backward(ref, ref_scratch, NULL, wref, bref, cols_dout, inp, wrows,
+		    N, IN, RO);
 	gather_rows(wrows, dweight, RO, OUT, IN);
 	record_check(bwd, wrows, wref, RO * IN);
 	for (size_t k = 0; k < RO; k++)
@@ -363,8 +406,8 @@ static flow_err_t bench_matmul(bench_ctx_t *c)
 	record_check(bwd, wrows, bref, RO);
 
 	BENCH_TIME_PAIR(cfg, c->samples, c->peer_samples,
-			flow_cpu_matmul_backward(dinp, dweight, dbias, dout,
-						 inp, weight, N, IN, OUT),
+			mm_backward(cpu, scratch, dinp, dweight, dbias, dout,
+				    inp, weight, N, IN, OUT),
 			{
 				cblas_sgemm(CblasRowMajor, CblasNoTrans,
 					    CblasNoTrans, (int)N, (int)IN,
@@ -1078,6 +1121,13 @@ static const bench_kernel_t bench_kernels[FLOW_BENCH_NKERNELS] = {
 				  bench_gradnorm, 1, { SHAPE(7087872, 12) } },
 	[FLOW_BENCH_RESLN] = { "resln", "N,C", 2, 2, 1e-4, 1e-5, bench_resln, 1,
 			       { SHAPE(256, 768) } },
+	[FLOW_BENCH_MATMUL_BF16] = { "matmul_bf16", "N,IN,OUT", 3, 3, 1e-4,
+				     1e-4, bench_matmul, 5,
+				     { SHAPE(256, 768, 2304),
+				       SHAPE(256, 768, 768),
+				       SHAPE(256, 768, 3072),
+				       SHAPE(256, 3072, 768),
+				       SHAPE(256, 768, 50304) } },
 };
 
 static const bench_kernel_t *kernel_entry(flow_bench_kernel_t k)
@@ -1158,6 +1208,7 @@ static bool shape_fits(flow_bench_kernel_t k, const uint64_t *d, size_t nd)
 		return d[0] <= INT32_MAX && flow_mul_size(d[0], d[0], &x) &&
 		       flow_mul_size(x, f, &x);
 	case FLOW_BENCH_MATMUL:
+	case FLOW_BENCH_MATMUL_BF16:
 		for (size_t i = 0; i < 3; i++)
 			if (d[i] > INT32_MAX)
 				return false;
@@ -1169,6 +1220,7 @@ static bool shape_fits(flow_bench_kernel_t k, const uint64_t *d, size_t nd)
 		       flow_mul_size(x, f, &x) && flow_mul_size(d[3], d[2], &y) &&
 		       flow_mul_size(y, f, &y);
 	case FLOW_BENCH_LAYERNORM:
+	case FLOW_BENCH_RESLN:
 		return flow_mul_size(d[0], d[1], &x) && flow_mul_size(x, f, &x);
 	case FLOW_BENCH_ATTENTION:
 		return flow_mul_size(d[0], d[1], &x) && flow_mul_size(x, d[2], &x) &&

@@ -52,6 +52,8 @@ typedef enum {
 	FLOW_BENCH_GRADNORM,
 	FLOW_BENCH_RESLN, /* the residual add and layernorm fused, against
 			   * the two kernels in turn */
+	FLOW_BENCH_MATMUL_BF16, /* matmul with bf16 GEMM operands, against
+				 * the fp32 sgemms */
 	FLOW_BENCH_NKERNELS
 } flow_bench_kernel_t;
 

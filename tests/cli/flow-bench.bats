@@ -242,6 +242,15 @@ run_kernel() {
 		{ r = $7 / $10; if (r - $11 > 0.01 || $11 - r > 0.01) exit 1 }'
 }
 
+@test "flow-bench kernel matmul_bf16 checks the bf16 matmul and times the fp32 sgemms beside it" {
+	run_kernel matmul_bf16 13,37,29 64,96,80
+	tsv_rows "$output" | awk -F'\t' '
+		$1 != "matmul_bf16" { next }
+		$10 == "-" || $11 == "-" || $12 == 0 || $13 != 0 { bad = 1 }
+		{ n++ }
+		END { exit bad || n != 4 }'
+}
+
 @test "flow-bench kernel resln checks the fused kernels and times the unfused pair beside them" {
 	run_kernel resln 7,33 64,768
 	tsv_rows "$output" | awk -F'\t' '

@@ -152,6 +152,7 @@ static const char *const tiny_shapes[FLOW_BENCH_NKERNELS] = {
 	[FLOW_BENCH_ADAMW] = "1001",
 	[FLOW_BENCH_GRADNORM] = "1001,3",
 	[FLOW_BENCH_RESLN] = "7,33",
+	[FLOW_BENCH_MATMUL_BF16] = "13,37,29",
 };
 
 static void test_bench_every_kernel_passes_on_a_tiny_shape(void **state)
