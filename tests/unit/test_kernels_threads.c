@@ -120,6 +120,37 @@ static void matmul_backward_run(float *out)
 	flow_free(dout);
 }
 
+/* With bf16 GEMM operands: the rounding is elementwise, the sgemms as
+ * above. */
+static void matmul_bf16_run(float *out)
+{
+	float *x = buf_random(MM_N * MM_I, 1, 1.0f);
+	float *w = buf_random(MM_O * MM_I, 2, 0.1f);
+	float *b = buf_random(MM_O, 3, 1.0f);
+	float *dout = buf_random(MM_N * MM_O, 4, 1.0f);
+	void *scratch =
+		flow_alloc(flow_cpu_matmul_bf16_scratch_bound(MM_N, MM_I, MM_O));
+	float *y = out, *dinp = y + MM_N * MM_O, *dw = dinp + MM_N * MM_I;
+
+	assert_non_null(scratch);
+	flow_cpu_matmul_bf16_forward(y, scratch, x, w, b, MM_N, MM_I, MM_O);
+	fill_random(dinp, MM_N * MM_I + MM_O * MM_I + MM_O, 5, 0.5f);
+	flow_cpu_matmul_bf16_backward(dinp, dw, dw + MM_O * MM_I, scratch, dout,
+				      x, w, MM_N, MM_I, MM_O);
+	flow_free(x);
+	flow_free(w);
+	flow_free(b);
+	flow_free(dout);
+	flow_free(scratch);
+}
+
+static void test_kernels_threads_matmul_bf16(void **state)
+{
+	(void)state;
+	threads_check("matmul bf16", matmul_bf16_run,
+		      MM_N * MM_O + MM_N * MM_I + MM_O * MM_I + MM_O);
+}
+
 static void test_kernels_threads_matmul_forward(void **state)
 {
 	(void)state;
@@ -243,6 +274,63 @@ static void test_kernels_threads_layernorm_backward(void **state)
 	(void)state;
 	threads_check("layernorm backward", layernorm_backward_run,
 		      LN_N * LN_C + 2 * LN_C);
+}
+
+/* The residual add fused with the layernorm, forward: res, out, mean,
+ * rstd; backward from nonzero gradients: dres, da, db, dweight, dbias. */
+static void residual_layernorm_forward_run(float *out)
+{
+	float *a = buf_random(LN_N * LN_C, 15, 2.0f);
+	float *b = buf_random(LN_N * LN_C, 16, 0.5f);
+	float *w = buf_random(LN_C, 11, 1.0f);
+	float *bias = buf_random(LN_C, 12, 1.0f);
+	size_t nc = LN_N * LN_C;
+
+	flow_cpu_residual_layernorm_forward(out, out + nc, out + 2 * nc,
+					    out + 2 * nc + LN_N, a, b, w, bias,
+					    LN_N, LN_C);
+	flow_free(a);
+	flow_free(b);
+	flow_free(w);
+	flow_free(bias);
+}
+
+static void layernorm_residual_backward_run(float *out)
+{
+	size_t nc = LN_N * LN_C;
+	float *res = buf_random(nc, 10, 2.0f);
+	float *w = buf_random(LN_C, 11, 1.0f);
+	float *b = buf_random(LN_C, 12, 1.0f);
+	float *dout = buf_random(nc, 13, 1.0f);
+	float *y = flow_alloc(nc * sizeof(float));
+	float *mean = flow_alloc(LN_N * sizeof(float));
+	float *rstd = flow_alloc(LN_N * sizeof(float));
+
+	assert_true(y && mean && rstd);
+	flow_cpu_layernorm_forward(y, mean, rstd, res, w, b, LN_N, LN_C);
+	fill_random(out, 3 * nc + 2 * LN_C, 17, 0.5f);
+	flow_cpu_layernorm_residual_backward(out, out + nc, out + 2 * nc,
+					     out + 3 * nc, out + 3 * nc + LN_C,
+					     dout, res, w, mean, rstd, LN_N,
+					     LN_C);
+	flow_free(res);
+	flow_free(w);
+	flow_free(b);
+	flow_free(dout);
+	flow_free(y);
+	flow_free(mean);
+	flow_free(rstd);
+}
+
+static void test_kernels_threads_residual_layernorm(void **state)
+{
+	(void)state;
+	threads_check("residual layernorm forward",
+		      residual_layernorm_forward_run,
+		      2 * LN_N * LN_C + 2 * LN_N);
+	threads_check("layernorm residual backward",
+		      layernorm_residual_backward_run,
+		      3 * LN_N * LN_C + 2 * LN_C);
 }
 
 /* ---- gelu, residual (elementwise) ----------------------------------------- */
@@ -443,6 +531,8 @@ int main(void)
 		cmocka_unit_test(test_kernels_threads_embedding_backward),
 		cmocka_unit_test(test_kernels_threads_layernorm_forward),
 		cmocka_unit_test(test_kernels_threads_layernorm_backward),
+		cmocka_unit_test(test_kernels_threads_residual_layernorm),
+		cmocka_unit_test(test_kernels_threads_matmul_bf16),
 		cmocka_unit_test(test_kernels_threads_gelu_forward),
 		cmocka_unit_test(test_kernels_threads_gelu_backward),
 		cmocka_unit_test(test_kernels_threads_residual_forward),

@@ -39,6 +39,32 @@ static void test_ref_matmul_forward_2x3_by_hand(void **state)
 	assert_close(out[3], 13.0, TOL);
 }
 
+/* bf16 keeps 8 significant bits: 1 + 2^-9 rounds down to 1, 1 + 3*2^-9
+ * up to 1 + 2^-7, and 3 + 2^-8 down to 3; the bias is not rounded.  dout
+ * rounds as the operands do. */
+static void test_ref_matmul_bf16_rounds_operands_by_hand(void **state)
+{
+	const float inp[2] = { 1.0f + 0x1p-9f, 1.0f + 3 * 0x1p-9f }; /* 1x2 */
+	const float weight[2] = { 3.0f + 0x1p-8f, 1.0f };             /* 1x2 */
+	const float bias[1] = { 0x1p-12f };
+	float out[1], dinp[2] = { 0, 0 }, dw[2] = { 0, 0 }, db[1] = { 0 };
+	const float dout[1] = { 1.0f + 0x1p-9f };
+	float scratch[64];
+
+	(void)state;
+	assert_true(flow_ref_matmul_bf16_scratch_bound(1, 2, 1) <= sizeof(scratch));
+	flow_ref_matmul_bf16_forward(out, scratch, inp, weight, bias, 1, 2, 1);
+	/* 1 * 3 + (1 + 2^-7) * 1 + 2^-12 */
+	assert_true(out[0] == 4.0f + 0x1p-7f + 0x1p-12f);
+	flow_ref_matmul_bf16_backward(dinp, dw, db, scratch, dout, inp, weight,
+				      1, 2, 1);
+	/* dout rounds to 1: dinp = weight rounded, dw = inp rounded; dbias
+	 * sums the unrounded dout. */
+	assert_true(dinp[0] == 3.0f && dinp[1] == 1.0f);
+	assert_true(dw[0] == 1.0f && dw[1] == 1.0f + 0x1p-7f);
+	assert_true(db[0] == 1.0f + 0x1p-9f);
+}
+
 static void test_ref_matmul_backward_accumulates_by_hand(void **state)
 {
 	const float inp[6] = { 1, 2, 3, 4, 5, 6 };
@@ -263,6 +289,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ref_matmul_forward_2x3_by_hand),
+		cmocka_unit_test(test_ref_matmul_bf16_rounds_operands_by_hand),
 		cmocka_unit_test(test_ref_matmul_backward_accumulates_by_hand),
 		cmocka_unit_test(test_ref_embedding_sums_repeated_tokens),
 		cmocka_unit_test(test_ref_layernorm_of_a_known_row),
