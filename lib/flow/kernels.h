@@ -307,7 +307,7 @@ FLOW_EXPORT extern const flow_kernels_t flow_cpu_kernels;
 FLOW_EXPORT flow_matmul_forward_fn flow_cpu_matmul_forward;
 FLOW_EXPORT flow_matmul_backward_fn flow_cpu_matmul_backward;
 /* The operands rounded to bf16 values held in floats, then the sgemms
- * above; panels of FLOW_CPU_BF16_PANEL elements. */
+ * above; panels of 2^24 elements (lib/kernels/host_bf16_internal.h). */
 FLOW_EXPORT flow_matmul_bf16_scratch_bound_fn flow_cpu_matmul_bf16_scratch_bound;
 FLOW_EXPORT flow_matmul_bf16_forward_fn flow_cpu_matmul_bf16_forward;
 FLOW_EXPORT flow_matmul_bf16_backward_fn flow_cpu_matmul_bf16_backward;

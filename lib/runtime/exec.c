@@ -299,25 +299,11 @@ static flow_err_t exec_prepare_ops(flow_exec_t *x, flow_diag_t *diag)
 		o->nzero = nzero - o->zero_first;
 		exec_op_dims(g, op, o->dim);
 		o->flops = def->flops(g, op);
+		o->fuse_next = flow_graph_fused_with_next(g, i);
 		x->step_flops += o->flops;
 	}
 	free(seen);
 	return FLOW_OK;
-}
-
-/* Run each residual add and the layernorm of its output as one kernel,
- * forward and backward (flow_graph_fused_with_next): the same bits, one
- * pass over the residual stream or its gradient fewer.  The memory plan
- * counted each pair as one op, so the kernel may write the second op's
- * outputs while it still reads the first op's tensors. */
-static void exec_fuse(flow_exec_t *x)
-{
-	for (size_t i = 0; i + 1 < x->g->nops; i++) {
-		if (x->ops[i].fused || !flow_graph_fused_with_next(x->g, i))
-			continue;
-		x->ops[i].fuse_next = true;
-		x->ops[i + 1].fused = true;
-	}
 }
 
 /* 1 / (tokens of one micro-batch): the rows of the loss. */
@@ -354,10 +340,8 @@ flow_err_t flow_exec_new(const flow_graph_t *g, flow_kernel_set_t kernels,
 			 flow_op_def((flow_op_kind_t)k)->name);
 	if ((err = flow_memplan_build(g, &x->plan, diag)) != FLOW_OK ||
 	    (err = exec_alloc(x, diag)) != FLOW_OK ||
-	    (err = exec_prepare_ops(x, diag)) != FLOW_OK)
-		goto out_free_exec;
-	exec_fuse(x);
-	if ((err = exec_finish(x, diag)) != FLOW_OK)
+	    (err = exec_prepare_ops(x, diag)) != FLOW_OK ||
+	    (err = exec_finish(x, diag)) != FLOW_OK)
 		goto out_free_exec;
 	*exec_out = x;
 	return FLOW_OK;
@@ -705,12 +689,10 @@ static double now_seconds(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Run ops [begin, end), leaving the last of them in flight on a device
- * whose kernels are enqueued (exec_finish waits).  The first failure (a
- * collective of a localized graph, a device error) stops the pass and
- * every later one: a half-run pass leaves tensors no later pass could
- * trust. */
-/* The fused pair o, next (exec_fuse), in one kernel. */
+/* Ops o and next, which flow_graph_fused_with_next pairs, as one kernel:
+ * the same bits as the two, one pass over the residual stream (or its
+ * gradient) fewer.  The memory plan counted the pair as one op, so the
+ * kernel may write next's outputs while it still reads o's tensors. */
 static void exec_fused(flow_exec_t *x, const exec_op_t *o, const exec_op_t *next)
 {
 	if (o->kind == FLOW_OP_ADD) /* next: the layernorm of its output */
@@ -725,8 +707,13 @@ static void exec_fused(flow_exec_t *x, const exec_op_t *o, const exec_op_t *next
 			o->in[4], o->dim[DIM_N], o->dim[DIM_C]);
 }
 
-/* Ops [begin, end); a fused pair counts in the profile as its two ops,
- * its time under the layernorm's kind. */
+/* Run ops [begin, end), leaving the last of them in flight on a device
+ * whose kernels are enqueued (exec_finish waits).  The first failure (a
+ * collective of a localized graph, a device error) stops the pass and
+ * every later one: a half-run pass leaves tensors no later pass could
+ * trust.  A fused pair runs as one kernel unless end cuts it; in the
+ * profile it counts as its two ops, its time under its layernorm's
+ * kind. */
 static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 {
 	for (size_t i = begin; i < end && x->err == FLOW_OK; i++) {
@@ -734,8 +721,6 @@ static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 		size_t last = o->fuse_next && i + 1 < end ? i + 1 : i;
 		double t0 = x->profiling ? now_seconds() : 0.0;
 
-		if (o->fused && i > begin) /* ran with the op before */
-			continue;
 		for (size_t k = i; k <= last; k++)
 			for (size_t z = x->ops[k].zero_first;
 			     z < x->ops[k].zero_first + x->ops[k].nzero; z++)

@@ -30,10 +30,9 @@ typedef struct exec_op {
 	size_t dim[DIM_COUNT];
 	size_t zero_first, nzero;  /* into flow_exec.zeros */
 	double flops;
-	/* An ADD that also runs the next op, the layernorm of its output, in
-	 * one kernel (residual_layernorm_forward); that op is then fused:
-	 * run by this one. */
-	bool fuse_next, fused;
+	/* This op and the next run as one kernel (a residual add and its
+	 * layernorm, forward or backward: flow_graph_fused_with_next). */
+	bool fuse_next;
 } exec_op_t;
 
 /* An activation gradient cleared before the first op accumulating into
