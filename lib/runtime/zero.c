@@ -196,17 +196,17 @@ static bool staged(flow_comm_t *comm, flow_exec_t *exec)
 
 /* What comm reads of the n floats at p (first `skip` of them not
  * needed): p itself, or when staged their copy in z->staging, copied out
- * from p + skip. */
+ * from p + skip.  Read in place, p is read by NCCL on its own stream,
+ * which is not ordered after the executor's kernels: every entry point
+ * below waits for them first (flow_exec_sync; AdamW's update of a shard
+ * about to be gathered), and each copy after a collective waits itself. */
 static flow_err_t host_view(flow_zero_t *z, flow_comm_t *comm,
 			    flow_exec_t *exec, float *p, size_t skip, size_t n,
 			    float **view_out, flow_diag_t *diag)
 {
 	if (!staged(comm, exec)) {
-		/* The collective reads p on its own stream (NCCL's): what the
-		 * kernels still have in flight (AdamW's update of the shard
-		 * about to be gathered) must land first. */
 		*view_out = p;
-		return flow_exec_sync(exec, diag);
+		return FLOW_OK;
 	}
 	if (!z->staging &&
 	    !(z->staging = flow_alloc(z->largest * sizeof(float))))
@@ -271,7 +271,7 @@ flow_err_t flow_zero_sync_grads(flow_zero_t *z, flow_comm_t *comm,
 	if (z->dp_size == 1)
 		return FLOW_OK;
 	const flow_graph_t *g = flow_exec_graph(exec);
-	flow_err_t err = FLOW_OK;
+	flow_err_t err = flow_exec_sync(exec, diag);
 	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
 		const flow_zero_param_t *zp = &z->params[i];
 		float *grad = flow_exec_tensor(exec, g->tensors[zp->tensor].grad);
@@ -337,7 +337,7 @@ static flow_err_t gather_param(flow_zero_t *z, const flow_zero_param_t *zp,
 flow_err_t flow_zero_after_update(flow_zero_t *z, flow_comm_t *comm,
 				  flow_exec_t *exec, flow_diag_t *diag)
 {
-	flow_err_t err = FLOW_OK;
+	flow_err_t err = flow_exec_sync(exec, diag);
 	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++) {
 		const flow_zero_param_t *zp = &z->params[i];
 		if (zp->param_split)
@@ -360,7 +360,7 @@ flow_err_t flow_zero_before_forward(flow_zero_t *z, flow_comm_t *comm,
 {
 	if (!z->params_stale)
 		return FLOW_OK;
-	flow_err_t err = FLOW_OK;
+	flow_err_t err = flow_exec_sync(exec, diag);
 	for (size_t i = 0; i < z->nparams && err == FLOW_OK; i++)
 		if (z->params[i].param_split)
 			err = gather_param(z, &z->params[i], comm, exec, diag);
