@@ -46,8 +46,9 @@ static inline double bench_now_us(void)
 /* As BENCH_TIME_CALLS for two calls that alternate round by round, timing
  * each into its own samples: a comparison of A with B is then exposed to
  * the same load.  The order swaps every round (A B, B A, ...), so that
- * neither always finds the caches as the other left them (at sizes near
- * the last-level cache that alone moved a ratio by 15%). */
+ * neither always finds the caches as the other left them (for resln's
+ * backward at 8192x768, beyond the last-level cache, a fixed order moved
+ * the ratio by about 5%: 0.95-0.99 against 1.00-1.04). */
 #define BENCH_TIME_PAIR(cfg, samples_a, samples_b, CALL_A, CALL_B)            \
 	do {                                                                  \
 		unsigned bench_total_ = (cfg)->warmup + (cfg)->iters;         \

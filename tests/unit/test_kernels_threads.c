@@ -237,29 +237,50 @@ static void layernorm_forward_run(float *out)
 	flow_free(b);
 }
 
+/* What a layernorm backward run reads: the input x, weight, dout, and
+ * the statistics of x's forward pass.  Free with ln_grad_inputs_free. */
+typedef struct {
+	float *x, *w, *dout, *mean, *rstd;
+} ln_grad_inputs_t;
+
+static ln_grad_inputs_t ln_grad_inputs(void)
+{
+	ln_grad_inputs_t in = {
+		.x = buf_random(LN_N * LN_C, 10, 2.0f),
+		.w = buf_random(LN_C, 11, 1.0f),
+		.dout = buf_random(LN_N * LN_C, 13, 1.0f),
+		.mean = flow_alloc(LN_N * sizeof(float)),
+		.rstd = flow_alloc(LN_N * sizeof(float)),
+	};
+	float *b = buf_random(LN_C, 12, 1.0f);
+	float *y = flow_alloc(LN_N * LN_C * sizeof(float));
+
+	assert_true(y && in.mean && in.rstd);
+	flow_cpu_layernorm_forward(y, in.mean, in.rstd, in.x, in.w, b, LN_N,
+				   LN_C);
+	flow_free(b);
+	flow_free(y);
+	return in;
+}
+
+static void ln_grad_inputs_free(ln_grad_inputs_t *in)
+{
+	flow_free(in->x);
+	flow_free(in->w);
+	flow_free(in->dout);
+	flow_free(in->mean);
+	flow_free(in->rstd);
+}
+
 static void layernorm_backward_run(float *out)
 {
-	float *x = buf_random(LN_N * LN_C, 10, 2.0f);
-	float *w = buf_random(LN_C, 11, 1.0f);
-	float *b = buf_random(LN_C, 12, 1.0f);
-	float *dout = buf_random(LN_N * LN_C, 13, 1.0f);
-	float *y = flow_alloc(LN_N * LN_C * sizeof(float));
-	float *mean = flow_alloc(LN_N * sizeof(float));
-	float *rstd = flow_alloc(LN_N * sizeof(float));
+	ln_grad_inputs_t in = ln_grad_inputs();
 
-	assert_true(y && mean && rstd);
-	flow_cpu_layernorm_forward(y, mean, rstd, x, w, b, LN_N, LN_C);
 	fill_random(out, LN_N * LN_C + 2 * LN_C, 14, 0.5f);
 	flow_cpu_layernorm_backward(out, out + LN_N * LN_C,
-				    out + LN_N * LN_C + LN_C, dout, x, w, mean,
-				    rstd, LN_N, LN_C);
-	flow_free(x);
-	flow_free(w);
-	flow_free(b);
-	flow_free(dout);
-	flow_free(y);
-	flow_free(mean);
-	flow_free(rstd);
+				    out + LN_N * LN_C + LN_C, in.dout, in.x,
+				    in.w, in.mean, in.rstd, LN_N, LN_C);
+	ln_grad_inputs_free(&in);
 }
 
 static void test_kernels_threads_layernorm_forward(void **state)
@@ -298,28 +319,14 @@ static void residual_layernorm_forward_run(float *out)
 static void layernorm_residual_backward_run(float *out)
 {
 	size_t nc = LN_N * LN_C;
-	float *res = buf_random(nc, 10, 2.0f);
-	float *w = buf_random(LN_C, 11, 1.0f);
-	float *b = buf_random(LN_C, 12, 1.0f);
-	float *dout = buf_random(nc, 13, 1.0f);
-	float *y = flow_alloc(nc * sizeof(float));
-	float *mean = flow_alloc(LN_N * sizeof(float));
-	float *rstd = flow_alloc(LN_N * sizeof(float));
+	ln_grad_inputs_t in = ln_grad_inputs();
 
-	assert_true(y && mean && rstd);
-	flow_cpu_layernorm_forward(y, mean, rstd, res, w, b, LN_N, LN_C);
 	fill_random(out, 3 * nc + 2 * LN_C, 17, 0.5f);
 	flow_cpu_layernorm_residual_backward(out, out + nc, out + 2 * nc,
 					     out + 3 * nc, out + 3 * nc + LN_C,
-					     dout, res, w, mean, rstd, LN_N,
-					     LN_C);
-	flow_free(res);
-	flow_free(w);
-	flow_free(b);
-	flow_free(dout);
-	flow_free(y);
-	flow_free(mean);
-	flow_free(rstd);
+					     in.dout, in.x, in.w, in.mean,
+					     in.rstd, LN_N, LN_C);
+	ln_grad_inputs_free(&in);
 }
 
 static void test_kernels_threads_residual_layernorm(void **state)
