@@ -214,7 +214,10 @@ static void check_device(flow_tool_t *tool, train_opts_t *o)
 	if (c->device == FLOW_DEVICE_CUDA && c->kernels != FLOW_KERNELS_CPU)
 		flow_tool_usage_error(tool, "--kernels %s runs on the CPU: it cannot go with --device cuda",
 				      c->kernels == FLOW_KERNELS_REF ? "ref" : "staged");
-	c->host_comm = c->device == FLOW_DEVICE_CUDA && o->comm && strcmp(o->comm, "cpu") == 0;
+	/* --kernels staged plays a GPU, its --comm cpu too. */
+	c->host_comm = (c->device == FLOW_DEVICE_CUDA ||
+			c->kernels == FLOW_KERNELS_STAGED) &&
+		       o->comm && strcmp(o->comm, "cpu") == 0;
 }
 
 static void parse_options(flow_tool_t *tool, train_opts_t *o, int argc,

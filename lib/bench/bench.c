@@ -631,21 +631,22 @@ static flow_err_t bench_embedding(bench_ctx_t *c)
 	fill_normal(wpe, T * C, cfg, STREAM_B, 0.0f, 1.0f);
 	fill_normal(dout, BTC, cfg, STREAM_C, 0.0f, 1.0f);
 
-	flow_cpu_embedding_forward(out, tokens, wte, wpe, B, T, C);
-	flow_ref_embedding_forward(ref, tokens, wte, wpe, B, T, C);
+	flow_cpu_embedding_forward(out, tokens, wte, wpe, 0, V, B, T, C);
+	flow_ref_embedding_forward(ref, tokens, wte, wpe, 0, V, B, T, C);
 	record_check(fwd, out, ref, BTC);
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
-			 flow_cpu_embedding_forward(out, tokens, wte, wpe, B, T, C));
+			 flow_cpu_embedding_forward(out, tokens, wte, wpe, 0, V, B, T, C));
 	record_time(c, fwd, (double)BTC,
 		    4.0 * (2.0 * BTC + (double)T * C + (double)B * T));
 
-	flow_cpu_embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
-	flow_ref_embedding_backward(dwte_ref, dwpe_ref, dout, tokens, B, T, C);
+	flow_cpu_embedding_backward(dwte, dwpe, dout, tokens, 0, V, B, T, C);
+	flow_ref_embedding_backward(dwte_ref, dwpe_ref, dout, tokens, 0, V, B, T,
+				    C);
 	record_check(bwd, dwte, dwte_ref, V * C);
 	record_check(bwd, dwpe, dwpe_ref, T * C);
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_embedding_backward(dwte, dwpe, dout, tokens,
-						     B, T, C));
+						     0, V, B, T, C));
 	record_time(c, bwd, 2.0 * BTC,
 		    4.0 * (3.0 * BTC + 2.0 * T * C + (double)B * T));
 

@@ -148,6 +148,15 @@ FLOW_EXPORT flow_err_t flow_boxing_plan_print(const flow_boxing_plan_t *plan,
 
 /* ---- the reference executor ------------------------------------------------- */
 
+/* Copy (add: add, as both executors sum: integers wrap, bf16 and f16
+ * through f32) the elements of region, a box inside both sbox and dbox,
+ * from src laid out row-major as sbox into dst laid out as dbox: the host
+ * kernel sets' box_move (flow/kernels.h). */
+FLOW_EXPORT void flow_boxing_move_region(flow_dtype_t dtype, const void *src,
+					 const flow_box_t *sbox, void *dst,
+					 const flow_box_t *dbox,
+					 const flow_box_t *region, bool add);
+
 /* Run plan on simulated ranks: local[r] holds global rank r's piece
  * (row-major, plan->dtype; f32, f64 or integer types are summed exactly
  * for integer-valued data) for every rank of src_mesh on entry, and of

@@ -10,6 +10,7 @@
 
 #include <flow/boxing.h>
 #include <flow/comm.h>
+#include <flow/exec.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,15 +27,27 @@ typedef struct flow_boxing_comms flow_boxing_comms_t;
  * translated to the ranks of the communicator world, which may be a group
  * of the world (flow_comm_world_rank): the mesh must cover exactly the
  * communicator's ranks, in an order that maps affinely onto communicator
- * ranks (each axis a fixed stride of them), else FLOW_ERR_USAGE.  An NCCL
- * communicator is refused with FLOW_ERR_NOTSUP: the executor moves host
- * memory.  Not collective (the groups are split on first use).  Free
- * with flow_boxing_comms_free(). */
+ * ranks (each axis a fixed stride of them), else FLOW_ERR_USAGE.
+ *
+ * The pieces live in storage's memory, which the executor's scratch comes
+ * from, and kernels (a set of that memory's device) packs, unpacks and
+ * slices them with box_move and waits for them with last before each
+ * collective; NULL for both: host memory and the CPU set.  world must
+ * move that memory (a CPU communicator host memory, the staged storage's
+ * included; an NCCL one a GPU's), else FLOW_ERR_NOTSUP.  Not collective
+ * (the groups are split on first use).  Free with
+ * flow_boxing_comms_free(). */
 FLOW_EXPORT flow_err_t flow_boxing_comms_new(flow_comm_t *world,
 					     const flow_mesh_t *mesh,
+					     const flow_kernels_t *kernels,
+					     const flow_exec_storage_t *storage,
 					     flow_boxing_comms_t **comms_out,
 					     flow_diag_t *diag) FLOW_MUST_CHECK;
 FLOW_EXPORT void flow_boxing_comms_free(flow_boxing_comms_t *comms);
+/* The storage the comms were made with (flow_exec_storage_host for
+ * NULL): whose memory the pieces must be in. */
+FLOW_EXPORT const flow_exec_storage_t *
+flow_boxing_comms_storage(const flow_boxing_comms_t *comms);
 /* The communicator of the group of axes_mask (bit i: axis i of the mesh)
  * holding this rank, made on first use as above; borrowed. */
 FLOW_EXPORT flow_err_t flow_boxing_comms_axes(flow_boxing_comms_t *comms,
@@ -45,7 +58,7 @@ FLOW_EXPORT flow_err_t flow_boxing_comms_axes(flow_boxing_comms_t *comms,
 
 /* Run plan on this rank, which every rank of the plan's mesh calls with
  * the same plan: src holds this rank's piece in (plan->src_mesh,
- * plan->src), row-major, plan->dtype (any dtype; one the CPU communicator
+ * plan->src), row-major, plan->dtype (any dtype; one the communicator
  * can reduce when an all-reduce or reduce-scatter step sums); dst
  * receives its piece in (plan->dst_mesh, plan->dst).  src and dst must
  * not overlap; an empty plan copies.  Collective sums are those of the

@@ -102,8 +102,8 @@ FLOW_EXPORT extern const flow_exec_storage_t flow_exec_storage_staged;
  * flow_exec_init_params.  FLOW_KERNELS_CUDA loads the CUDA module and
  * runs on the calling thread's current device: FLOW_ERR_NOTSUP with
  * flow_cuda_open's line where that cannot be.  A localized graph's
- * boxing and split ops run on host memory, on a device through host
- * copies of their tensors.  Free with flow_exec_free(). */
+ * boxing and split cross-entropy run where flow_exec_set_dist's
+ * communicators say.  Free with flow_exec_free(). */
 FLOW_EXPORT flow_err_t flow_exec_new(const flow_graph_t *g,
 				     flow_kernel_set_t kernels,
 				     flow_exec_t **exec_out,
@@ -216,8 +216,11 @@ struct flow_boxing_comms;
 
 /* For a localized graph (flow/localize.h): its boxing ops' plans (op
  * attrs.boxing indexes plans[0..n)), and the communicators of the mesh
- * they and the split ops (attrs.split_axes) run on.  Borrowed for the
- * executor's life. */
+ * they and the split cross-entropy (attrs.split_axes) run on.  Made on
+ * this executor's storage and kernel set (flow_boxing_comms_new), they
+ * run those ops in place on its memory; made on host memory for a
+ * device executor (--comm cpu on a GPU), on host copies of the ops'
+ * tensors, with the CPU set.  Borrowed for the executor's life. */
 FLOW_EXPORT void flow_exec_set_dist(flow_exec_t *exec,
 				    const struct flow_boxing_plan *plans,
 				    size_t n,

@@ -31,6 +31,7 @@
 #ifndef FLOW_KERNELS_H
 #define FLOW_KERNELS_H
 
+#include <flow/box.h>
 #include <flow/common.h>
 #include <flow/error.h>
 
@@ -92,16 +93,24 @@ static inline size_t flow_matmul_bf16_panel_rows(size_t n, size_t in_dim,
 }
 
 /* ---- token + position embedding ---------------------------------------- */
-/* out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; tokens are in [0, vocab). */
+/* wte holds rows [row0, row0 + rows) of the token table: all of it
+ * (row0 0, rows the vocabulary), or a shard of its rows under a
+ * vocabulary-parallel plan (flow/localize.h), where a token outside the
+ * shard adds nothing here, its holder adding it.  Tokens are in
+ * [0, vocab).
+ *
+ * out[b,t,:] = wte[tokens[b,t] - row0,:] (0 outside) + wpe[t,:]. */
 typedef void flow_embedding_forward_fn(float *out, const int32_t *tokens,
 				       const float *wte, const float *wpe,
-				       size_t B, size_t T, size_t C);
-/* dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:].
- * dwte and dwpe are each optional. */
+				       int64_t row0, size_t rows, size_t B,
+				       size_t T, size_t C);
+/* dwte[tokens[b,t] - row0,:] += dout[b,t,:] for the tokens it holds;
+ * dwpe[t,:] += sum_b dout[b,t,:].  dwte and dwpe are each optional. */
 typedef void flow_embedding_backward_fn(float *dwte, float *dwpe,
 					const float *dout,
-					const int32_t *tokens, size_t B,
-					size_t T, size_t C);
+					const int32_t *tokens, int64_t row0,
+					size_t rows, size_t B, size_t T,
+					size_t C);
 
 /* ---- layernorm over the last dimension, eps = FLOW_LAYERNORM_EPS -------- */
 #define FLOW_LAYERNORM_EPS 1e-5f
@@ -188,6 +197,62 @@ typedef void flow_cross_entropy_forward_backward_fn(float *losses,
 						    const int32_t *targets,
 						    size_t n, size_t V,
 						    size_t Vp, float dloss);
+
+/* ---- cross-entropy over a column shard of the logits -------------------- */
+/* Under a vocabulary-parallel plan (flow/localize.h) each rank of a group
+ * holds columns [c0, c0 + Vl) of every padded row of the logits, the
+ * first `valid` of them real (below the vocabulary).  A row's loss and
+ * gradient need its maximum and its sum of exponentials over the whole
+ * group, which the caller gathers between three kernels:
+ *
+ *   split_max     max[r] = the maximum of row r's real columns here
+ *                 (-inf when it holds none);
+ *   (the caller all-gathers max over the group into gathered: p blocks
+ *   of n, member order)
+ *   split_sums    max[r] = the maximum over gathered[q*n + r];
+ *                 sums[r] = sum over the real columns here of
+ *                 exp(logit - max[r]), in double, rounded once;
+ *   (the caller all-reduces sums over the group)
+ *   split_finish  losses[r] partial, so that the group's sum is the loss:
+ *                 log(sums[r]) + max[r] on the group's first member,
+ *                 minus the target's logit on its holder; logits[r,:]
+ *                 overwritten with dloss * (softmax - onehot) of this
+ *                 rank's columns, 0 on padding.  A row whose target is
+ *                 negative gets loss 0 and gradient 0.
+ *
+ * Every step is exact or rounds once from double, so the split gives a
+ * whole row's arithmetic whatever the group. */
+typedef struct flow_logits_shard {
+	size_t n;     /* rows */
+	size_t cols;  /* columns held per row (Vl) */
+	size_t valid; /* of them real */
+	int64_t c0;   /* the first column held */
+	bool first;   /* this rank is the group's first member */
+} flow_logits_shard_t;
+
+typedef void flow_cross_entropy_split_max_fn(float *max, const float *logits,
+					     const flow_logits_shard_t *s);
+typedef void flow_cross_entropy_split_sums_fn(float *sums, float *max,
+					      const float *gathered, size_t p,
+					      const float *logits,
+					      const flow_logits_shard_t *s);
+typedef void flow_cross_entropy_split_finish_fn(float *losses, float *logits,
+						const int32_t *targets,
+						const float *max,
+						const float *sums,
+						const flow_logits_shard_t *s,
+						float dloss);
+
+/* ---- boxing: a region of one piece into another -------------------------- */
+/* dst, laid out row-major as dst_box, gets the elements of region (a box
+ * inside both) from src, laid out as src_box: copied, or with add added
+ * (integers wrap; bf16 and f16 through f32), elements of dtype.  What the
+ * boxing executor (flow/boxing_exec.h) packs, unpacks and slices pieces
+ * with, on the set's device. */
+typedef void flow_box_move_fn(flow_dtype_t dtype, const void *src,
+			      const flow_box_t *src_box, void *dst,
+			      const flow_box_t *dst_box,
+			      const flow_box_t *region, bool add);
 
 /* ---- AdamW (decoupled weight decay), as torch.optim.AdamW --------------- */
 typedef struct flow_adamw_params {
@@ -285,6 +350,10 @@ typedef struct flow_kernels {
 	flow_residual_layernorm_forward_fn *residual_layernorm_forward;
 	flow_layernorm_residual_backward_fn *layernorm_residual_backward;
 	flow_cross_entropy_forward_backward_fn *cross_entropy_forward_backward;
+	flow_cross_entropy_split_max_fn *cross_entropy_split_max;
+	flow_cross_entropy_split_sums_fn *cross_entropy_split_sums;
+	flow_cross_entropy_split_finish_fn *cross_entropy_split_finish;
+	flow_box_move_fn *box_move;
 	flow_adamw_update_fn *adamw_update;
 	/* Optional (NULL in the host sets, whose per-tensor calls cost
 	 * nothing extra): callers then call adamw_update per tensor. */
@@ -329,6 +398,12 @@ FLOW_EXPORT flow_layernorm_residual_backward_fn
 	flow_cpu_layernorm_residual_backward;
 FLOW_EXPORT flow_cross_entropy_forward_backward_fn
 	flow_cpu_cross_entropy_forward_backward;
+/* Rows in parallel, each as the reference computes it (the reference set
+ * uses these too). */
+FLOW_EXPORT flow_cross_entropy_split_max_fn flow_cpu_cross_entropy_split_max;
+FLOW_EXPORT flow_cross_entropy_split_sums_fn flow_cpu_cross_entropy_split_sums;
+FLOW_EXPORT flow_cross_entropy_split_finish_fn
+	flow_cpu_cross_entropy_split_finish;
 FLOW_EXPORT flow_adamw_update_fn flow_cpu_adamw_update;
 /* Partial sums over fixed chunks, added in chunk order. */
 FLOW_EXPORT flow_sum_squares_fn flow_cpu_sum_squares;

@@ -151,12 +151,14 @@ FLOW_EXPORT flow_err_t flow_cuda_gemm(bool trans_a, bool trans_b, size_t m,
 				      cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* ---- token + position embedding ------------------------------------------ */
-/* tokens (device int32) must be in [0, vocab): they are not checked. */
+/* tokens (device int32) must be in [0, vocab): they are not checked.  wte
+ * holds rows [row0, row0 + rows) of the table (flow/kernels.h). */
 FLOW_EXPORT flow_err_t flow_cuda_embedding_forward(float *out,
 						   const int32_t *tokens,
 						   const float *wte,
-						   const float *wpe, size_t B,
-						   size_t T, size_t C,
+						   const float *wpe,
+						   int64_t row0, size_t rows,
+						   size_t B, size_t T, size_t C,
 						   flow_diag_t *diag,
 						   cudaStream_t stream) FLOW_MUST_CHECK;
 /* dwte and dwpe are optional.  dwte uses stream-ordered temporary memory
@@ -164,6 +166,7 @@ FLOW_EXPORT flow_err_t flow_cuda_embedding_forward(float *out,
 FLOW_EXPORT flow_err_t flow_cuda_embedding_backward(float *dwte, float *dwpe,
 						    const float *dout,
 						    const int32_t *tokens,
+						    int64_t row0, size_t rows,
 						    size_t B, size_t T,
 						    size_t C,
 						    flow_diag_t *diag,
@@ -254,6 +257,29 @@ FLOW_EXPORT flow_err_t flow_cuda_cross_entropy_forward_backward(
 	float *losses, float *logits, const int32_t *targets, size_t n,
 	size_t V, size_t Vp, float dloss, flow_diag_t *diag,
 	cudaStream_t stream) FLOW_MUST_CHECK;
+/* The three steps over a column shard of the logits (flow/kernels.h), one
+ * block per row; s is host memory, read before return. */
+FLOW_EXPORT flow_err_t flow_cuda_cross_entropy_split_max(
+	float *max, const float *logits, const flow_logits_shard_t *s,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_cross_entropy_split_sums(
+	float *sums, float *max, const float *gathered, size_t p,
+	const float *logits, const flow_logits_shard_t *s, flow_diag_t *diag,
+	cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_cross_entropy_split_finish(
+	float *losses, float *logits, const int32_t *targets, const float *max,
+	const float *sums, const flow_logits_shard_t *s, float dloss,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+
+/* ---- boxing -------------------------------------------------------------- */
+/* flow/kernels.h's box_move on device memory; the boxes are host memory,
+ * read before return.  FLOW_ERR_USAGE for an unknown dtype. */
+FLOW_EXPORT flow_err_t flow_cuda_box_move(flow_dtype_t dtype, const void *src,
+					  const flow_box_t *src_box, void *dst,
+					  const flow_box_t *dst_box,
+					  const flow_box_t *region, bool add,
+					  flow_diag_t *diag,
+					  cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* ---- AdamW --------------------------------------------------------------- */
 /* As flow_cpu_adamw_update, in torch.optim.AdamW's (single-tensor) order of

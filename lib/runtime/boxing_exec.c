@@ -12,7 +12,14 @@
  * into blocks before a reduce-scatter or all-to-all and unpacked after an
  * all-gather or all-to-all.  When the blocks already lie back to back in
  * the piece (a split of the outermost dimension that is not 1) the
- * buffers go to the collective as they are. */
+ * buffers go to the collective as they are.
+ *
+ * The pieces may be in a device's memory (flow-train --device cuda over
+ * NCCL): every byte the executor touches then goes through the storage
+ * and the kernel set it was made with (scratch, zeroing, copies, and
+ * box_move for packing and slicing), and the kernels that wrote a buffer
+ * are waited for before a collective reads it, as a collective runs on
+ * its own stream. */
 #include <config.h>
 
 #include <inttypes.h>
@@ -20,6 +27,8 @@
 
 #include <flow/boxing_exec.h>
 #include <flow/comm.h>
+#include <flow/exec.h>
+#include <flow/kernels.h>
 #include <flow/mem.h>
 
 #include "sbp/boxing_internal.h"
@@ -32,6 +41,8 @@ enum { SCRATCH_PING, SCRATCH_PONG, SCRATCH_PACK, SCRATCH_UNPACK, SCRATCH_COUNT }
 
 struct flow_boxing_comms {
 	flow_comm_t *world;         /* borrowed */
+	const flow_kernels_t *kernels;      /* box_move and last, on */
+	const flow_exec_storage_t *storage; /* the pieces' memory */
 	flow_mesh_t mesh;           /* positions -> world ranks */
 	flow_mesh_t comm_mesh;      /* positions -> ranks of `world` */
 	int64_t index;              /* this rank's position */
@@ -108,19 +119,36 @@ static flow_err_t comm_mesh_of(flow_comm_t *world, const flow_mesh_t *mesh,
 	return FLOW_OK;
 }
 
+/* Whether world's collectives read and write storage's memory: the CPU
+ * backend host memory (the staged storage's is host memory too), NCCL a
+ * GPU's. */
+static bool moves_memory_of(flow_comm_t *world,
+			    const flow_exec_storage_t *storage)
+{
+	bool host = storage->host_addressable ||
+		    storage == &flow_exec_storage_staged;
+	return flow_comm_backend(world) == FLOW_COMM_CPU ? host : !host;
+}
+
 flow_err_t flow_boxing_comms_new(flow_comm_t *world, const flow_mesh_t *mesh,
+				 const flow_kernels_t *kernels,
+				 const flow_exec_storage_t *storage,
 				 flow_boxing_comms_t **comms_out,
 				 flow_diag_t *diag)
 {
 	flow_boxing_comms_t *c = NULL;
 	int64_t *crank = NULL;
 	flow_err_t err = flow_mesh_check(mesh, diag);
+	if (!kernels || !storage) {
+		kernels = &flow_cpu_kernels;
+		storage = &flow_exec_storage_host;
+	}
 	if (err != FLOW_OK)
 		goto out;
-	if (flow_comm_backend(world) != FLOW_COMM_CPU) {
+	if (!moves_memory_of(world, storage)) {
 		err = flow_diag_set(diag, FLOW_ERR_NOTSUP,
-				    "boxing: the distributed executor moves host memory, not '%s' buffers",
-				    flow_comm_transport(world));
+				    "boxing: the '%s' communicator cannot move '%s' memory",
+				    flow_comm_transport(world), storage->name);
 		goto out;
 	}
 	size_t n = (size_t)flow_mesh_size(mesh);
@@ -133,6 +161,10 @@ flow_err_t flow_boxing_comms_new(flow_comm_t *world, const flow_mesh_t *mesh,
 		c->recv_cut = flow_calloc(n, sizeof(*c->recv_cut));
 		c->send_counts = flow_calloc(n, sizeof(*c->send_counts));
 		c->recv_counts = flow_calloc(n, sizeof(*c->recv_counts));
+	}
+	if (c) {
+		c->kernels = kernels;
+		c->storage = storage;
 	}
 	if (!c || !crank || !c->from || !c->to || !c->send_cut ||
 	    !c->recv_cut || !c->send_counts || !c->recv_counts) {
@@ -161,7 +193,7 @@ void flow_boxing_comms_free(flow_boxing_comms_t *c)
 	for (unsigned m = 0; m < AXES_MASKS; m++)
 		flow_comm_free(c->group[m]);
 	for (int s = 0; s < SCRATCH_COUNT; s++)
-		flow_free(c->scratch[s]);
+		c->storage->free(c->scratch[s]);
 	flow_free(c->recv_counts);
 	flow_free(c->send_counts);
 	flow_free(c->recv_cut);
@@ -169,6 +201,12 @@ void flow_boxing_comms_free(flow_boxing_comms_t *c)
 	flow_free(c->to);
 	flow_free(c->from);
 	flow_free(c);
+}
+
+const flow_exec_storage_t *
+flow_boxing_comms_storage(const flow_boxing_comms_t *c)
+{
+	return c->storage;
 }
 
 flow_err_t flow_boxing_comms_axes(flow_boxing_comms_t *c, unsigned axes_mask,
@@ -232,9 +270,9 @@ static flow_err_t scratch(step_run_t *r, int which, size_t count, void **out)
 				     "boxing step %zu: %zu elements overflow the address space",
 				     r->k, count);
 	if (bytes > c->scratch_bytes[which] || !c->scratch[which]) {
-		flow_free(c->scratch[which]);
+		c->storage->free(c->scratch[which]);
 		c->scratch_bytes[which] = 0;
-		c->scratch[which] = flow_alloc(bytes);
+		c->scratch[which] = c->storage->alloc(bytes);
 		if (!c->scratch[which])
 			return flow_diag_set(r->diag, FLOW_ERR_NOMEM,
 					     "boxing step %zu: out of memory for %zu bytes of scratch",
@@ -291,14 +329,14 @@ static void blocks_pack(const step_run_t *r, const void *buf,
 	for (int64_t m = 0; m < r->p; m++) {
 		if (count[m] == 0)
 			continue;
-		boxing_move_region(r->dtype, buf, whole, at, &box[m], &box[m],
-				   false);
+		r->c->kernels->box_move(r->dtype, buf, whole, at, &box[m],
+					&box[m], false);
 		at += count[m] * r->esize;
 	}
 }
 
 /* The other way: the blocks of packed into buf, in member order (add:
- * added, as boxing_move_region adds). */
+ * added, as box_move adds). */
 static void blocks_unpack(const step_run_t *r, const void *packed,
 			  const flow_box_t *box, const size_t *count,
 			  void *buf, const flow_box_t *whole, bool add)
@@ -307,8 +345,8 @@ static void blocks_unpack(const step_run_t *r, const void *packed,
 	for (int64_t m = 0; m < r->p; m++) {
 		if (count[m] == 0)
 			continue;
-		boxing_move_region(r->dtype, at, &box[m], buf, whole, &box[m],
-				   add);
+		r->c->kernels->box_move(r->dtype, at, &box[m], buf, whole,
+					&box[m], add);
 		at += count[m] * r->esize;
 	}
 }
@@ -323,9 +361,20 @@ static size_t sum_counts(const size_t *count, int64_t p)
 
 /* ---- the steps -------------------------------------------------------------------- */
 
+/* Wait for the kernels that wrote what a collective is about to read: it
+ * runs on a stream of its own.  Immediate on the host. */
+static flow_err_t kernels_done(const step_run_t *r)
+{
+	const flow_kernels_t *k = r->c->kernels;
+	return k->last ? k->last(r->diag) : FLOW_OK;
+}
+
 static flow_err_t run_all_reduce(step_run_t *r)
 {
 	const flow_box_t *mine = &r->c->from[r->q];
+	flow_err_t err = kernels_done(r);
+	if (err != FLOW_OK)
+		return err;
 	return flow_all_reduce(r->comm, r->in, r->out,
 			       (size_t)flow_box_numel(mine), r->dtype, r->diag);
 }
@@ -348,6 +397,9 @@ static flow_err_t run_reduce_scatter(step_run_t *r)
 		blocks_pack(r, r->in, whole, c->to, counts, pack);
 		send = pack;
 	}
+	flow_err_t err = kernels_done(r);
+	if (err != FLOW_OK)
+		return err;
 	return flow_reduce_scatter(r->comm, send, r->out, counts, r->dtype,
 				   r->diag);
 }
@@ -365,6 +417,8 @@ static flow_err_t run_all_gather(step_run_t *r)
 	flow_err_t err = FLOW_OK;
 	if (!direct)
 		err = scratch(r, SCRATCH_UNPACK, sum_counts(counts, r->p), &recv);
+	if (err == FLOW_OK)
+		err = kernels_done(r);
 	if (err == FLOW_OK)
 		err = flow_all_gather(r->comm, r->in, recv, counts, r->dtype,
 				      r->diag);
@@ -426,6 +480,8 @@ static flow_err_t run_exchange(step_run_t *r)
 	if (err == FLOW_OK && !direct_recv)
 		err = scratch(r, SCRATCH_UNPACK, nrecv, &recv);
 	if (err == FLOW_OK)
+		err = kernels_done(r);
+	if (err == FLOW_OK)
 		err = flow_all_to_all(r->comm, send, c->send_counts, recv,
 				      c->recv_counts, r->dtype, r->diag);
 	if (err != FLOW_OK || direct_recv)
@@ -436,7 +492,7 @@ static flow_err_t run_exchange(step_run_t *r)
 		err = box_bytes(r, need, &bytes);
 		if (err != FLOW_OK)
 			return err;
-		memset(r->out, 0, bytes);
+		r->c->storage->zero(r->out, bytes);
 	}
 	blocks_unpack(r, recv, c->recv_cut, c->recv_counts, r->out, need, add);
 	return FLOW_OK;
@@ -457,17 +513,17 @@ static flow_err_t run_local(step_run_t *r)
 	if (keep)
 		keep = flow_box_intersect(have, need, &cut);
 	if (!keep || flow_box_numel(&cut) != flow_box_numel(need))
-		memset(r->out, 0, bytes);
+		r->c->storage->zero(r->out, bytes);
 	if (keep)
-		boxing_move_region(r->dtype, r->in, have, r->out, need, &cut,
-				   false);
+		r->c->kernels->box_move(r->dtype, r->in, have, r->out, need,
+					&cut, false);
 	return FLOW_OK;
 }
 
 /* ---- plans ----------------------------------------------------------------------- */
 
 /* Steps the communicator sums; a send/recv adds on the receiver, with
- * boxing_move_region, which knows every dtype. */
+ * box_move, which knows every dtype. */
 static bool step_sums(flow_boxing_kind_t kind)
 {
 	return kind == FLOW_BOXING_ALL_REDUCE || kind == FLOW_BOXING_REDUCE_SCATTER;
@@ -515,7 +571,8 @@ static flow_err_t plan_check(const flow_boxing_plan_t *plan,
 					     "boxing step %zu: axes 0x%x are not axes of mesh '%s'",
 					     k + 1, st->axes, text);
 		if (step_sums(st->kind) &&
-		    !flow_comm_can_reduce(FLOW_COMM_CPU, plan->dtype))
+		    !flow_comm_can_reduce(flow_comm_backend(c->world),
+					  plan->dtype))
 			return flow_diag_set(diag, FLOW_ERR_USAGE,
 					     "boxing step %zu: cannot sum dtype '%s' in '%s'",
 					     k + 1, flow_dtype_name(plan->dtype),
@@ -605,8 +662,7 @@ flow_err_t flow_boxing_run(const flow_boxing_plan_t *plan,
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "boxing: source and destination pieces overlap");
 	if (plan->nsteps == 0) {
-		if (src_bytes)
-			memcpy(dst, src, src_bytes);
+		comms->storage->copy(dst, src, src_bytes);
 		return FLOW_OK;
 	}
 	const void *in = src;

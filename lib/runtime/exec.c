@@ -2,9 +2,8 @@
  * tensor of a graph, from the storage of the chosen kernel set; a forward
  * and a backward pass that call one kernel per op through that set's table
  * (flow/kernels.h); parameter initialisation; and the profile.  The ops of
- * a localized graph that talk to other ranks or know which shard they hold
- * (boxing, the split embedding and cross-entropy) are in exec_dist.c,
- * which exec_kernel hands them to.
+ * a localized graph that talk to other ranks (boxing, the split
+ * cross-entropy) are in exec_dist.c, which exec_kernel hands them to.
  *
  * Everything a step needs is worked out in flow_exec_new: each op's
  * tensor pointers and kernel sizes, and which activation gradients to clear
@@ -369,7 +368,7 @@ void flow_exec_free(flow_exec_t *x)
 	free(x->ops);
 	free(x->ptr);
 	flow_memplan_release(&x->plan);
-	flow_free(x->dist_scratch);
+	x->storage->free(x->dist_scratch);
 	free(x);
 }
 
@@ -600,16 +599,19 @@ static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o,
 	const size_t *d = o->dim;
 	void *const *in = o->in, *const *out = o->out;
 
-	if (o->attrs->split_axes || o->kind == FLOW_OP_BOXING)
+	if (o->kind == FLOW_OP_BOXING ||
+	    (o->kind == FLOW_OP_CROSS_ENTROPY && o->attrs->split_axes))
 		return flow_exec_dist_op(x, o, op);
 	switch (o->kind) {
-	case FLOW_OP_EMBEDDING:
-		k->embedding_forward(out[0], in[0], in[1], in[2], d[DIM_B],
-				     d[DIM_T], d[DIM_C]);
+	case FLOW_OP_EMBEDDING: /* all of wte, or a shard of its rows */
+		k->embedding_forward(out[0], in[0], in[1], in[2],
+				     o->attrs->row_start, d[DIM_ROWS],
+				     d[DIM_B], d[DIM_T], d[DIM_C]);
 		break;
 	case FLOW_OP_EMBEDDING_BACKWARD:
-		k->embedding_backward(out[0], out[1], in[0], in[1], d[DIM_B],
-				      d[DIM_T], d[DIM_C]);
+		k->embedding_backward(out[0], out[1], in[0], in[1],
+				      o->attrs->row_start, d[DIM_ROWS],
+				      d[DIM_B], d[DIM_T], d[DIM_C]);
 		break;
 	case FLOW_OP_LAYERNORM:
 		k->layernorm_forward(out[0], out[1], out[2], in[0], in[1],

@@ -1,10 +1,14 @@
 /* The executor's distributed part: the ops of a graph of shards
- * (flow/localize.h) that talk to other ranks or know which shard they
- * hold.  Boxing runs its plan through the communicators
- * (lib/runtime/boxing_exec.c); the embedding over a row shard of wte adds
- * only the tokens it holds; the cross-entropy over a column shard of the
- * logits gathers the row maxima and sums the exponentials over its group.
- * The single-graph part, which calls these, is lib/runtime/exec.c. */
+ * (flow/localize.h) that talk to other ranks.  Boxing runs its plan
+ * through the communicators (lib/runtime/boxing_exec.c); the
+ * cross-entropy over a column shard of the logits gathers the row maxima
+ * and sums the exponentials over its group, between the kernel set's
+ * three split kernels.  Both run in place when the communicators move the
+ * executor's memory (host memory over the CPU backend, a GPU's over
+ * NCCL), and on host copies of the op's tensors otherwise (--comm cpu on
+ * a GPU).  The embedding over a row shard of wte is an ordinary kernel
+ * (flow/kernels.h).  The single-graph part, which calls these, is
+ * lib/runtime/exec.c. */
 #include <config.h>
 
 #include <math.h>
@@ -16,128 +20,100 @@
 
 #include "exec_internal.h"
 
-/* Embedding over a shard of wte's rows [r0, r0 + rows): a token outside it
- * adds nothing here (its holder adds it); wpe comes as the localizer laid
- * it out (partial: whole on one rank, zero on the others). */
-static void embedding_rows_forward(float *out, const int32_t *tokens,
-				   const float *wte, const float *wpe,
-				   int64_t r0, size_t rows, size_t B, size_t T,
-				   size_t C)
-{
-#pragma omp parallel for schedule(static)
-	for (size_t bt = 0; bt < B * T; bt++) {
-		float *o = out + bt * C;
-		const float *p = wpe + (bt % T) * C;
-		int64_t row = (int64_t)tokens[bt] - r0;
-		bool held = row >= 0 && row < (int64_t)rows;
-		for (size_t c = 0; c < C; c++)
-			o[c] = (held ? wte[(size_t)row * C + c] : 0.0f) + p[c];
-	}
-}
-
-static void embedding_rows_backward(float *dwte, float *dwpe,
-				    const float *dout, const int32_t *tokens,
-				    int64_t r0, size_t rows, size_t B,
-				    size_t T, size_t C)
-{
-	for (size_t bt = 0; bt < B * T && dwte; bt++) {
-		int64_t row = (int64_t)tokens[bt] - r0;
-		if (row < 0 || row >= (int64_t)rows)
-			continue;
-		for (size_t c = 0; c < C; c++)
-			dwte[(size_t)row * C + c] += dout[bt * C + c];
-	}
-	for (size_t bt = 0; bt < B * T && dwpe; bt++)
-		for (size_t c = 0; c < C; c++)
-			dwpe[(bt % T) * C + c] += dout[bt * C + c];
-}
-
-/* Host memory: these ops run on the host, on a device executor's staged
- * copies too. */
+/* The split cross-entropy's row statistics, in the executor's storage:
+ * grown, never shrunk. */
 static float *dist_scratch(flow_exec_t *x, size_t n)
 {
 	if (n > x->dist_scratch_n) {
-		float *p = flow_alloc(n * sizeof(float));
+		float *p = x->storage->alloc(n * sizeof(float));
 		if (!p)
 			return NULL;
-		flow_free(x->dist_scratch);
+		x->storage->free(x->dist_scratch);
 		x->dist_scratch = p;
 		x->dist_scratch_n = n;
 	}
 	return x->dist_scratch;
 }
 
+/* Wait for the kernels that wrote what a collective reads next: it runs
+ * on a stream of its own.  Immediate on the host. */
+static flow_err_t kernels_done(flow_exec_t *x, const flow_kernels_t *k)
+{
+	return k->last ? k->last(&x->diag) : FLOW_OK;
+}
+
 /* Cross-entropy with the classes split over comm: this rank holds logits
  * columns [c0, c0 + Vl) of the padded Vp, the real ones those below V.
- * The row maximum is gathered and the exponential sums are summed over
- * the group; the losses come out partial (P), rank 0 adding log-sum-exp
- * and the holder of each target subtracting its logit, so the group's sum
- * is the loss; dlogits, in place, are this rank's columns of the whole
+ * The row maxima are gathered and the exponential sums summed over the
+ * group between the three split kernels of set k (flow/kernels.h), on
+ * memory comm moves; the losses come out partial (P), the group's sum
+ * the loss, and dlogits, in place, are this rank's columns of the whole
  * row's gradient. */
-static flow_err_t ce_split(flow_exec_t *x, const exec_op_t *o,
-			   flow_comm_t *comm)
+static flow_err_t ce_split(flow_exec_t *x, const flow_kernels_t *k,
+			   float *stats, const exec_op_t *o, flow_comm_t *comm)
 {
 	float *losses = o->out[0], *logits = o->in[0];
 	const int32_t *targets = o->in[1];
 	size_t N = o->dim[DIM_N], Vl = o->dim[DIM_VP];
 	int64_t c0 = o->attrs->row_start, V = (int64_t)o->dim[DIM_V];
-	size_t valid = V <= c0 ? 0 : (size_t)(V - c0) < Vl ? (size_t)(V - c0) : Vl;
-	int p = flow_comm_size(comm), me = flow_comm_rank(comm);
-	float *s = dist_scratch(x, N * ((size_t)p + 2));
-	if (!s)
-		return flow_diag_set(&x->diag, FLOW_ERR_NOMEM,
-				     "out of memory for the split cross-entropy's "
-				     "%zu row statistics", N * ((size_t)p + 2));
-	float *mine = s + N * (size_t)p, *sums = mine + N, *all = s;
+	int p = flow_comm_size(comm);
+	flow_logits_shard_t s = {
+		.n = N,
+		.cols = Vl,
+		.valid = V <= c0 ? 0 : (size_t)(V - c0) < Vl ? (size_t)(V - c0) : Vl,
+		.c0 = c0,
+		.first = flow_comm_rank(comm) == 0,
+	};
+	float *gathered = stats, *max = stats + N * (size_t)p, *sums = max + N;
 	size_t *counts = calloc((size_t)p, sizeof *counts);
 	if (!counts)
 		return flow_diag_set(&x->diag, FLOW_ERR_NOMEM, "out of memory");
 	for (int r = 0; r < p; r++)
 		counts[r] = N;
-	for (size_t n = 0; n < N; n++) {
-		float m = -INFINITY;
-		for (size_t j = 0; j < valid; j++)
-			m = fmaxf(m, logits[n * Vl + j]);
-		mine[n] = m;
-	}
-	flow_err_t err = flow_all_gather(comm, mine, all, counts,
-					 FLOW_DTYPE_F32, &x->diag);
+	k->cross_entropy_split_max(max, logits, &s);
+	flow_err_t err = kernels_done(x, k);
+	if (err == FLOW_OK)
+		err = flow_all_gather(comm, max, gathered, counts,
+				      FLOW_DTYPE_F32, &x->diag);
 	free(counts);
 	if (err != FLOW_OK)
 		return err;
-	for (size_t n = 0; n < N; n++) {
-		float m = all[n];
-		for (int r = 1; r < p; r++)
-			m = fmaxf(m, all[(size_t)r * N + n]);
-		mine[n] = m; /* the row's maximum from here on */
-		double sum = 0.0;
-		for (size_t j = 0; j < valid; j++)
-			sum += exp((double)logits[n * Vl + j] - m);
-		sums[n] = (float)sum;
-	}
-	if ((err = flow_all_reduce(comm, sums, sums, N, FLOW_DTYPE_F32,
+	k->cross_entropy_split_sums(sums, max, gathered, (size_t)p, logits, &s);
+	if ((err = kernels_done(x, k)) != FLOW_OK ||
+	    (err = flow_all_reduce(comm, sums, sums, N, FLOW_DTYPE_F32,
 				   &x->diag)) != FLOW_OK)
 		return err;
-	for (size_t n = 0; n < N; n++) {
-		float *row = logits + n * Vl;
-		int64_t t = targets[n] - c0;
-		bool held = targets[n] >= 0 && t >= 0 && t < (int64_t)valid;
-		double loss = me == 0 && targets[n] >= 0 ?
-				      log((double)sums[n]) + mine[n] : 0.0;
-		if (held)
-			loss -= row[t];
-		losses[n] = (float)loss;
-		for (size_t j = 0; j < Vl; j++) {
-			float pj = j < valid && targets[n] >= 0 ?
-					   (float)(exp((double)row[j] - mine[n]) /
-						   sums[n]) :
-					   0.0f;
-			if (held && (int64_t)j == t)
-				pj -= 1.0f;
-			row[j] = x->loss_scale * pj;
-		}
-	}
+	k->cross_entropy_split_finish(losses, logits, targets, max, sums, &s,
+				      x->loss_scale);
 	return FLOW_OK;
+}
+
+/* The split cross-entropy of op o: in place, with the executor's kernels
+ * and its scratch; or, on_host, on host copies (dist_staged) with the CPU
+ * set and host memory for the statistics. */
+static flow_err_t dist_cross_entropy(flow_exec_t *x, const exec_op_t *o,
+				     bool on_host)
+{
+	flow_comm_t *comm = NULL;
+	if (!x->comms)
+		return flow_diag_set(&x->diag, FLOW_ERR_USAGE,
+				     "split cross-entropy without communicators");
+	flow_err_t err = flow_boxing_comms_axes(x->comms, o->attrs->split_axes,
+						&comm, &x->diag);
+	if (err != FLOW_OK)
+		return err;
+	size_t n = o->dim[DIM_N] * ((size_t)flow_comm_size(comm) + 2);
+	float *stats = on_host ? flow_alloc(n * sizeof(float)) :
+				 dist_scratch(x, n);
+	if (!stats)
+		return flow_diag_set(&x->diag, FLOW_ERR_NOMEM,
+				     "out of memory for the split cross-entropy's "
+				     "%zu row statistics", n);
+	err = ce_split(x, on_host ? &flow_cpu_kernels : x->kernels, stats, o,
+		       comm);
+	if (on_host)
+		flow_free(stats);
+	return err;
 }
 
 /* Op o (graph op op) of a device executor, on host copies of every tensor
@@ -189,7 +165,7 @@ static flow_err_t dist_staged(flow_exec_t *x, const exec_op_t *o,
 	if (err == FLOW_OK && x->kernels->last)
 		err = x->kernels->last(&x->diag);
 	if (err == FLOW_OK)
-		err = flow_exec_dist_kernel(x, &h);
+		err = flow_exec_dist_kernel(x, &h, true);
 	for (int j = 0; j < n && err == FLOW_OK; j++)
 		if (written[j])
 			x->storage->copy_in((void *)dev[j], host[j], bytes[j]);
@@ -200,18 +176,24 @@ static flow_err_t dist_staged(flow_exec_t *x, const exec_op_t *o,
 	return err;
 }
 
+/* Whether the communicators move the executor's own memory: then the ops
+ * run on it in place, else (--comm cpu on a GPU: host communicators) on
+ * host copies. */
+static bool dist_in_place(const flow_exec_t *x)
+{
+	return !x->comms || flow_boxing_comms_storage(x->comms) == x->storage;
+}
+
 flow_err_t flow_exec_dist_op(flow_exec_t *x, const exec_op_t *o,
 			     const flow_graph_op_t *op)
 {
-	return x->storage->host_addressable ? flow_exec_dist_kernel(x, o)
-					    : dist_staged(x, o, op);
+	return dist_in_place(x) ? flow_exec_dist_kernel(x, o, false) :
+				  dist_staged(x, o, op);
 }
 
-flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o)
+flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o,
+				 bool on_host)
 {
-	const size_t *d = o->dim;
-	void *const *in = o->in, *const *out = o->out;
-	flow_comm_t *comm = NULL;
 	flow_err_t err = FLOW_OK;
 
 	switch (o->kind) {
@@ -222,29 +204,10 @@ flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o)
 			break;
 		}
 		err = flow_boxing_run(&x->boxings[o->attrs->boxing], x->comms,
-				      in[0], out[0], &x->diag);
-		break;
-	case FLOW_OP_EMBEDDING:
-		embedding_rows_forward(out[0], in[0], in[1], in[2],
-				       o->attrs->row_start, d[DIM_ROWS],
-				       d[DIM_B], d[DIM_T], d[DIM_C]);
-		break;
-	case FLOW_OP_EMBEDDING_BACKWARD:
-		embedding_rows_backward(out[0], out[1], in[0], in[1],
-					o->attrs->row_start, d[DIM_ROWS],
-					d[DIM_B], d[DIM_T], d[DIM_C]);
+				      o->in[0], o->out[0], &x->diag);
 		break;
 	case FLOW_OP_CROSS_ENTROPY:
-		if (!x->comms) {
-			err = flow_diag_set(&x->diag, FLOW_ERR_USAGE,
-					    "split cross-entropy without "
-					    "communicators");
-			break;
-		}
-		err = flow_boxing_comms_axes(x->comms, o->attrs->split_axes,
-					     &comm, &x->diag);
-		if (err == FLOW_OK)
-			err = ce_split(x, o, comm);
+		err = dist_cross_entropy(x, o, on_host);
 		break;
 	default:
 		err = flow_diag_set(&x->diag, FLOW_ERR_USAGE,
@@ -254,4 +217,3 @@ flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o)
 	}
 	return err;
 }
-

@@ -74,17 +74,20 @@ struct flow_exec {
 	float *losses_host;  /* the losses, copied out of a device storage */
 	flow_exec_op_hook_fn *hook; /* flow_exec_set_op_hook */
 	void *hook_ctx;
-	float *dist_scratch; /* split cross-entropy's row statistics */
+	float *dist_scratch; /* split cross-entropy's row statistics, in
+			      * storage */
 	size_t dist_scratch_n;
 };
 
-/* Run op o of a localized graph, one that talks to other ranks or knows
- * its shard (boxing; embedding and cross-entropy split over a mesh axis):
- * FLOW_OK, or the error with its message in x->diag. */
-flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o)
-	FLOW_MUST_CHECK;
-/* The same for any storage: on a device's, run on host copies of the
- * op's tensors (op is o's graph op). */
+/* Run op o of a localized graph that talks to other ranks (boxing; the
+ * cross-entropy split over mesh axes) on memory the communicators move:
+ * the executor's, with its kernel set, or on_host, host copies of it
+ * with the CPU set.  FLOW_OK, or the error with its message in x->diag. */
+flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o,
+				 bool on_host) FLOW_MUST_CHECK;
+/* The same for any storage: in place when the communicators move the
+ * executor's memory, else on host copies of the op's tensors (op is o's
+ * graph op). */
 flow_err_t flow_exec_dist_op(flow_exec_t *x, const exec_op_t *o,
 			     const flow_graph_op_t *op) FLOW_MUST_CHECK;
 

@@ -77,26 +77,45 @@ static flow_err_t trainer_join_dp(flow_trainer_t *t, flow_diag_t *diag)
 	return err;
 }
 
-/* The communicator gradients and parameters move on: the dp group, or on
- * GPUs without --comm cpu its NCCL twin, which moves device memory (the
- * CPU group stays for the host's scalars: losses, norms). */
+/* The communicators device memory moves on: on GPUs without --comm cpu,
+ * an NCCL twin of the world (for the boxing of a tensor-parallel plan)
+ * and of the dp group, which gradients and parameters move on (the CPU
+ * communicators stay for the host's scalars: losses, norms). */
 static flow_err_t trainer_join_dp_device(flow_trainer_t *t, flow_diag_t *diag)
 {
 	const flow_train_config_t *c = &t->cfg;
 	flow_err_t err = FLOW_OK;
 	t->dp_data = t->dp;
-	if (c->device != FLOW_DEVICE_CUDA || c->host_comm || !t->dp ||
-	    flow_comm_size(t->dp) == 1)
+	if (c->device != FLOW_DEVICE_CUDA || c->host_comm || !c->world ||
+	    flow_comm_size(c->world) == 1)
 		return FLOW_OK;
 	err = flow_comm_world(flow_comm_world_of(c->world), FLOW_COMM_NCCL,
 			      &t->world_nccl, diag);
+	if (err != FLOW_OK || !t->dp || flow_comm_size(t->dp) == 1)
+		return err;
 	int dp = c->plan ? flow_mesh_axis(&c->plan->mesh, "dp") : -1;
-	if (err == FLOW_OK && dp >= 0)
+	if (dp >= 0)
 		err = flow_comm_mesh_axes(t->world_nccl, &c->plan->mesh, 1u << dp,
 					  &t->dp_nccl, diag);
 	if (err == FLOW_OK)
 		t->dp_data = t->dp_nccl ? t->dp_nccl : t->world_nccl;
 	return err;
+}
+
+/* The communicators of the boxing and split ops: in place on the
+ * executor's memory (host memory over the CPU backend, a GPU's over
+ * NCCL, the staged storage's over the CPU backend, as a GPU's would be),
+ * or, with --comm cpu on a device, over the CPU backend on host copies. */
+static flow_err_t trainer_boxing_comms(flow_trainer_t *t, flow_diag_t *diag)
+{
+	const flow_train_config_t *c = &t->cfg;
+	const flow_exec_storage_t *st = flow_exec_storage(t->exec);
+	if (c->host_comm && !st->host_addressable)
+		return flow_boxing_comms_new(c->world, &c->plan->mesh, NULL,
+					     NULL, &t->comms, diag);
+	return flow_boxing_comms_new(t->world_nccl ? t->world_nccl : c->world,
+				     &c->plan->mesh, flow_exec_kernels(t->exec),
+				     st, &t->comms, diag);
 }
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -190,8 +209,7 @@ static flow_err_t trainer_build_local(flow_trainer_t *t, flow_diag_t *diag)
 	flow_graph_init(&t->local.graph);
 	err = flow_exec_new(&t->graph, trainer_kernel_set(t), &t->exec, diag);
 	if (err == FLOW_OK && c->world)
-		err = flow_boxing_comms_new(c->world, &c->plan->mesh,
-					    &t->comms, diag);
+		err = trainer_boxing_comms(t, diag);
 	if (err == FLOW_OK)
 		flow_exec_set_dist(t->exec, t->local.boxings,
 				   t->local.nboxings, t->comms);
@@ -367,8 +385,8 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_grad_sync_free(t->grad_sync);
 	flow_adamw_free(t->opt);
 	flow_zero_free(t->zero);
+	flow_boxing_comms_free(t->comms); /* its scratch is the executor's */
 	flow_exec_free(t->exec);
-	flow_boxing_comms_free(t->comms);
 	flow_local_release(&t->local);
 	flow_graph_release(&t->graph);
 	flow_comm_free(t->dp_nccl);

@@ -96,14 +96,6 @@ flow_err_t trainer_open_device(flow_trainer_t *t, flow_diag_t *diag)
 		t->cfg.peak_gflops = flow_cuda_peak_gflops(
 			t->gpu_info.name, c->precision == FLOW_PRECISION_BF16,
 			&t->peak_source);
-	/* What the CUDA executor does not run yet, said before anything is
-	 * built rather than found half-way. */
-	if (plan_localized(c->plan) && !c->host_comm)
-		return flow_diag_set(diag, FLOW_ERR_NOTSUP,
-				     "%sthe boxing of a tensor-parallel plan "
-				     "does not run over NCCL yet: pass --comm "
-				     "cpu (staged through host memory)",
-				     who);
 	return FLOW_OK;
 }
 

@@ -84,14 +84,6 @@ static inline int64_t boxing_member_boxes(const flow_shape_t *shape,
 	return i;
 }
 
-/* Copies (add: adds, as the reference executor sums: integers wrap, bf16
- * and f16 through f32) the elements of region, a box inside both sbox and
- * dbox, from src laid out row-major as sbox into dst laid out as dbox.
- * Defined in boxing_sim.c. */
-void boxing_move_region(flow_dtype_t dtype, const void *src,
-			const flow_box_t *sbox, void *dst,
-			const flow_box_t *dbox, const flow_box_t *region,
-			bool add);
 
 /* The send/recv rule (flow(7), BOXING).  Source positions with the same
  * coordinates on the S and P axes of src hold the same data; they differ

@@ -79,16 +79,16 @@ static void add_elems(flow_dtype_t dtype, void *dst, const void *src, size_t n)
 	}
 }
 
-/* The run function of boxing_move_region's add: ctx is the dtype. */
+/* The run function of flow_boxing_move_region's add: ctx is the dtype. */
 static void add_run(void *dst, const void *src, size_t n, void *ctx)
 {
 	add_elems(*(const flow_dtype_t *)ctx, dst, src, n);
 }
 
-void boxing_move_region(flow_dtype_t dtype, const void *src,
-			const flow_box_t *sbox, void *dst,
-			const flow_box_t *dbox, const flow_box_t *region,
-			bool add)
+void flow_boxing_move_region(flow_dtype_t dtype, const void *src,
+			     const flow_box_t *sbox, void *dst,
+			     const flow_box_t *dbox, const flow_box_t *region,
+			     bool add)
 {
 	size_t esize = flow_dtype_size(dtype);
 
@@ -103,7 +103,7 @@ static void move_region(const sim_t *s, const void *src, const flow_box_t *sbox,
 			void *dst, const flow_box_t *dbox,
 			const flow_box_t *region, bool add)
 {
-	boxing_move_region(s->dtype, src, sbox, dst, dbox, region, add);
+	flow_boxing_move_region(s->dtype, src, sbox, dst, dbox, region, add);
 }
 
 static flow_err_t alloc_box(const sim_t *s, const flow_box_t *box, void **out)

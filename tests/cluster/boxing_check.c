@@ -422,8 +422,8 @@ static flow_err_t check_everything(job_t *job, int *status_out)
 	flow_err_t err = nmeshes < 0 ? job->diag.err : FLOW_OK;
 
 	for (int m = 0; m < nmeshes && err == FLOW_OK; m++)
-		err = flow_boxing_comms_new(job->comm, &meshes[m].mesh,
-					    &meshes[m].comms, &job->diag);
+		err = flow_boxing_comms_new(job->comm, &meshes[m].mesh, NULL,
+					    NULL, &meshes[m].comms, &job->diag);
 	for (int64_t t = 0; t < job->opt->trials && err == FLOW_OK; t++)
 		err = run_trial(job, meshes, nmeshes, t);
 	for (int m = 0; m < nmeshes; m++)

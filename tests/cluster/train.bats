@@ -366,22 +366,29 @@ kill_and_resume() {
 }
 
 # --kernels staged: the CPU kernels through every copy a GPU run makes
-# (flow/exec.h, flow_exec_storage_staged): ZeRO's and the boxing's host
-# staging give the CPU run's bits.
-@test "the GPU's staging paths on the CPU: ZeRO 3 on 2 ranks and a 2x2 mesh give --kernels cpu's bits" {
+# (flow/exec.h, flow_exec_storage_staged): ZeRO's staging, and the boxing
+# and split cross-entropy of a 2x2 mesh both ways a GPU runs them, in
+# place on the device's memory (its scratch, zeroing, copies and moves
+# through the storage and the kernel set, as over NCCL) and, with
+# --comm cpu, on host copies; all give the CPU run's bits.
+@test "the GPU's staging paths on the CPU: ZeRO 3 on 2 ranks and a 2x2 mesh, in place and with --comm cpu, give --kernels cpu's bits" {
 	for mesh in zero3:2:"--mesh 2 --axes dp --zero 3" mesh22:4:"--mesh 2x2 --axes dp,tp"; do
 		name=${mesh%%:*} rest=${mesh#*:}
 		n=${rest%%:*} args=${rest#*:}
 		# shellcheck disable=SC2086
 		flow-plan --model "$MODEL" --batch 4 --seq-len 32 --grad-accum 2 $args >"$name.plan"
-		for k in cpu staged; do
+		for k in cpu staged staged-host; do
+			how=(--kernels "${k%-host}")
+			[ "$k" != staged-host ] || how+=(--comm cpu)
 			run -0 --separate-stderr flow-train --nproc "$n" --plan "$name.plan" "${RUN[@]}" \
-				--steps 6 --data "$DATA" --kernels "$k" --ckpt-dir "ck-$name-$k" --ckpt-every 3
+				--steps 6 --data "$DATA" "${how[@]}" --ckpt-dir "ck-$name-$k" --ckpt-every 3
 			printf '%s\n' "$output" | numbers /dev/stdin >"$name-$k.rows"
 		done
 		[ "$(wc -l <"$name-cpu.rows")" -eq 6 ]
-		cmp "$name-cpu.rows" "$name-staged.rows"
-		cmp "ck-$name-cpu/step-00000006/rank-00000.bin" "ck-$name-staged/step-00000006/rank-00000.bin"
+		for k in staged staged-host; do
+			cmp "$name-cpu.rows" "$name-$k.rows"
+			cmp "ck-$name-cpu/step-00000006/rank-00000.bin" "ck-$name-$k/step-00000006/rank-00000.bin"
+		done
 	done
 }
 

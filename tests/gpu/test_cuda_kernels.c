@@ -52,6 +52,12 @@
  *   the targets negative): both sum exp in double; expf differs by <= 2 ulp:
  *   losses atol 1e-5 rtol 1e-5, dlogits atol 1e-9 rtol 1e-4 (the padding
  *   and ignored rows must be 0 within 1e-9).
+ * - cross-entropy over a column shard (the split steps, each from the
+ *   same inputs): max exact; exp in double on both sides, the sums
+ *   rounded once to float: sums and losses atol 1e-6 rtol 1e-6, dlogits
+ *   atol 1e-9 rtol 1e-5.
+ * - box_move (copy and add of a strided region; f32, i32, bf16): the
+ *   same one operation per element, so the bytes must be equal.
  * - adamw, and its one-launch form over several tensors: the same float
  *   operations in the same order (IEEE sqrt and division on both sides):
  *   atol 1e-7, rtol 1e-6 (param, m, v).
@@ -68,6 +74,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <flow/boxing.h>
 #include <flow/error.h>
 #include <flow/kernels.h>
 #include <flow/kernels_cuda.h>
@@ -403,43 +410,48 @@ static void test_matmul_backward(bool bf16)
 	free_all();
 }
 
-static void test_embedding(void)
+/* Over all of wte (row0 0, rows TVOCAB) or a shard of its rows, as a
+ * vocabulary-parallel plan holds it: tokens outside add nothing. */
+static void test_embedding(int64_t row0, size_t rows)
 {
 	const size_t B = TB, T = TT, C = TC;
+	const bool shard = rows != TVOCAB;
 	check_t c;
 	double us = 0.0;
 	int32_t *tok = host_tokens(B * T, TVOCAB, 0);
-	float *wte = host_rand((size_t)TVOCAB * C, -1.0f, 1.0f);
+	float *wte = host_rand(rows * C, -1.0f, 1.0f);
 	float *wpe = host_rand(T * C, -1.0f, 1.0f);
 	float *ref = host_alloc(B * T * C * sizeof(float));
 	float *dout = host_rand(B * T * C, -1.0f, 1.0f);
-	float *dwte = host_rand((size_t)TVOCAB * C, -1.0f, 1.0f);
+	float *dwte = host_rand(rows * C, -1.0f, 1.0f);
 	float *dwpe = host_rand(T * C, -1.0f, 1.0f);
 	int32_t *d_tok = dev_from(tok, B * T * sizeof(int32_t));
-	float *d_wte = dev_floats(wte, (size_t)TVOCAB * C);
+	float *d_wte = dev_floats(wte, rows * C);
 	float *d_wpe = dev_floats(wpe, T * C);
 	float *d_out = dev_alloc(B * T * C * sizeof(float));
 	float *d_dout = dev_floats(dout, B * T * C);
-	float *d_dwte = dev_floats(dwte, (size_t)TVOCAB * C);
+	float *d_dwte = dev_floats(dwte, rows * C);
 	float *d_dwpe = dev_floats(dwpe, T * C);
 
-	check_init(&c, "embedding_forward");
-	flow_cpu_embedding_forward(ref, tok, wte, wpe, B, T, C);
-	CU(flow_cuda_embedding_forward(d_out, d_tok, d_wte, d_wpe, B, T, C,
-				       &g_diag, g_stream));
+	check_init(&c, shard ? "embedding_forward_shard" : "embedding_forward");
+	flow_cpu_embedding_forward(ref, tok, wte, wpe, row0, rows, B, T, C);
+	CU(flow_cuda_embedding_forward(d_out, d_tok, d_wte, d_wpe, row0, rows,
+				       B, T, C, &g_diag, g_stream));
 	check_floats(&c, "out", ref, d_out, B * T * C, 0.0, 0.0);
-	TIME_US(us, flow_cuda_embedding_forward(d_out, d_tok, d_wte, d_wpe, B,
-						T, C, &g_diag, g_stream));
+	TIME_US(us, flow_cuda_embedding_forward(d_out, d_tok, d_wte, d_wpe,
+						row0, rows, B, T, C, &g_diag,
+						g_stream));
 	report(&c, us);
 
-	check_init(&c, "embedding_backward");
-	flow_cpu_embedding_backward(dwte, dwpe, dout, tok, B, T, C);
-	CU(flow_cuda_embedding_backward(d_dwte, d_dwpe, d_dout, d_tok, B, T, C,
-					&g_diag, g_stream));
-	check_floats(&c, "dwte", dwte, d_dwte, (size_t)TVOCAB * C, 1e-6, 1e-6);
+	check_init(&c, shard ? "embedding_backward_shard" : "embedding_backward");
+	flow_cpu_embedding_backward(dwte, dwpe, dout, tok, row0, rows, B, T, C);
+	CU(flow_cuda_embedding_backward(d_dwte, d_dwpe, d_dout, d_tok, row0,
+					rows, B, T, C, &g_diag, g_stream));
+	check_floats(&c, "dwte", dwte, d_dwte, rows * C, 1e-6, 1e-6);
 	check_floats(&c, "dwpe", dwpe, d_dwpe, T * C, 1e-6, 1e-6);
 	TIME_US(us, flow_cuda_embedding_backward(d_dwte, d_dwpe, d_dout, d_tok,
-						 B, T, C, &g_diag, g_stream));
+						 row0, rows, B, T, C, &g_diag,
+						 g_stream));
 	report(&c, us);
 	free_all();
 }
@@ -708,6 +720,132 @@ static void test_cross_entropy(void)
 	free_all();
 }
 
+/* The three split steps over the last of four column shards of the
+ * logits (12576 columns, 12529 of them real), each against the CPU's on
+ * the same inputs; the other members' maxima are made up, above and
+ * below this shard's. */
+static void test_cross_entropy_split(void)
+{
+	const size_t n = TN / 4, V = 50257, Vp = 50304, p = 4;
+	const flow_logits_shard_t s = { .n = n, .cols = Vp / p,
+					.valid = V - 3 * (Vp / p),
+					.c0 = (int64_t)(3 * (Vp / p)),
+					.first = true };
+	const float dloss = 1.0f / (float)n;
+	check_t c;
+	double us = 0.0;
+	float *logits = host_rand(n * s.cols, -4.0f, 4.0f);
+	float *d_logits = dev_floats(logits, n * s.cols);
+	float *gathered = host_rand(p * n, 3.5f, 4.5f);
+	float *max = host_alloc(n * sizeof(float));
+	float *sums = host_alloc(n * sizeof(float));
+	float *losses = host_alloc(n * sizeof(float));
+	/* Targets anywhere in the row: a quarter here, some ignored. */
+	int32_t *tgt = host_tokens(n, (int32_t)V, 4);
+	int32_t *d_tgt = dev_from(tgt, n * sizeof(int32_t));
+	float *d_max = dev_alloc(n * sizeof(float));
+	float *d_sums = dev_alloc(n * sizeof(float));
+	float *d_losses = dev_alloc(n * sizeof(float));
+
+	check_init(&c, "cross_entropy_split_max");
+	flow_cpu_cross_entropy_split_max(max, logits, &s);
+	CU(flow_cuda_cross_entropy_split_max(d_max, d_logits, &s, &g_diag,
+					     g_stream));
+	check_floats(&c, "max", max, d_max, n, 0.0, 0.0);
+	report(&c, us);
+
+	check_init(&c, "cross_entropy_split_sums");
+	memcpy(gathered + 3 * n, max, n * sizeof(float)); /* this member's */
+	float *d_gathered = dev_floats(gathered, p * n);
+	flow_cpu_cross_entropy_split_sums(sums, max, gathered, p, logits, &s);
+	CU(flow_cuda_cross_entropy_split_sums(d_sums, d_max, d_gathered, p,
+					      d_logits, &s, &g_diag,
+					      g_stream));
+	check_floats(&c, "max", max, d_max, n, 0.0, 0.0);
+	check_floats(&c, "sums", sums, d_sums, n, 1e-6, 1e-6);
+	TIME_US(us, flow_cuda_cross_entropy_split_sums(d_sums, d_max,
+						       d_gathered, p, d_logits,
+						       &s, &g_diag, g_stream));
+	report(&c, us);
+
+	check_init(&c, "cross_entropy_split_finish");
+	float *d_max_cpu = dev_floats(max, n);
+	float *d_sums_cpu = dev_floats(sums, n);
+	flow_cpu_cross_entropy_split_finish(losses, logits, tgt, max, sums, &s,
+					    dloss);
+	CU(flow_cuda_cross_entropy_split_finish(d_losses, d_logits, d_tgt,
+						d_max_cpu, d_sums_cpu, &s,
+						dloss, &g_diag, g_stream));
+	check_floats(&c, "losses", losses, d_losses, n, 1e-6, 1e-6);
+	check_floats(&c, "dlogits", logits, d_logits, n * s.cols, 1e-9, 1e-5);
+	report(&c, us);
+	free_all();
+}
+
+/* Element i of a host buffer of n random dtype values: floats U(-1,1),
+ * bf16 roundings of them (finite), and the floats' bits as integers. */
+static void *box_values(flow_dtype_t dtype, size_t n)
+{
+	float *f = host_rand(n, -1.0f, 1.0f);
+	if (dtype == FLOW_DTYPE_BF16) {
+		uint16_t *h = (uint16_t *)f; /* in place, front to back */
+		for (size_t i = 0; i < n; i++)
+			h[i] = flow_f32_to_bf16(f[i]);
+	}
+	return f;
+}
+
+/* box_move against the host's flow_boxing_move_region: a strided 3-D
+ * region between two pieces, copied and added, in f32, i32 and bf16;
+ * exact, as both do the same one operation per element. */
+static void test_box_move(void)
+{
+	const flow_box_t sbox = { 3, { 0, 4, 0 }, { 8, 12, 96 } };
+	const flow_box_t dbox = { 3, { 2, 0, 32 }, { 6, 20, 64 } };
+	const flow_box_t region = { 3, { 2, 6, 40 }, { 5, 9, 50 } };
+	const size_t ns = 8 * 12 * 96, nd = 6 * 20 * 64;
+	const flow_dtype_t dtypes[] = { FLOW_DTYPE_F32, FLOW_DTYPE_I32,
+					FLOW_DTYPE_BF16 };
+	check_t c;
+	double us = 0.0;
+	void *got = host_alloc(nd * sizeof(float));
+	float *d_src = dev_alloc(ns * sizeof(float));
+	float *d_dst = dev_alloc(nd * sizeof(float));
+
+	check_init(&c, "box_move");
+	for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++) {
+		size_t es = flow_dtype_size(dtypes[k]);
+		void *src = box_values(dtypes[k], ns);
+		void *dst0 = box_values(dtypes[k], nd);
+		RT(cudaMemcpy(d_src, src, ns * es, cudaMemcpyHostToDevice));
+		for (int add = 0; add < 2; add++) {
+			void *dst = host_alloc(nd * es);
+			memcpy(dst, dst0, nd * es);
+			RT(cudaMemcpy(d_dst, dst, nd * es,
+				      cudaMemcpyHostToDevice));
+			flow_boxing_move_region(dtypes[k], src, &sbox, dst,
+						&dbox, &region, add);
+			CU(flow_cuda_box_move(dtypes[k], d_src, &sbox, d_dst,
+					      &dbox, &region, add, &g_diag,
+					      g_stream));
+			RT(cudaStreamSynchronize(g_stream));
+			RT(cudaMemcpy(got, d_dst, nd * es,
+				      cudaMemcpyDeviceToHost));
+			if (memcmp(got, dst, nd * es) != 0) {
+				fprintf(stderr, PROG ": box_move %s%s differs from the host's\n",
+					flow_dtype_name(dtypes[k]),
+					add ? " add" : "");
+				c.wrong++;
+			}
+		}
+	}
+	TIME_US(us, flow_cuda_box_move(FLOW_DTYPE_F32, d_src, &sbox, d_dst,
+				       &dbox, &region, false, &g_diag,
+				       g_stream));
+	report(&c, us);
+	free_all();
+}
+
 static void test_adamw(bool decay, uint64_t t)
 {
 	const size_t n = (size_t)1 << 20;
@@ -939,12 +1077,15 @@ int main(void)
 	test_matmul_backward(false);
 	test_matmul(true, true);
 	test_matmul_backward(true);
-	test_embedding();
+	test_embedding(0, TVOCAB);
+	test_embedding(300, 400);
 	test_layernorm();
 	test_gelu();
 	test_attention();
 	test_residual();
 	test_cross_entropy();
+	test_cross_entropy_split();
+	test_box_move();
 	test_adamw(true, 1);
 	test_adamw(false, 10);
 	test_adamw_all();

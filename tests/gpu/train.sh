@@ -38,6 +38,9 @@
 #                 per GPU.
 #  tp2, 2x2       tensor-parallel plans (tp=2, dp=2 x tp=2) with --comm cpu
 #                 on this one GPU: within 1e-4 of one GPU.
+#  tp2-nccl, 2x2-nccl  (with 2, or 4, GPUs or more) the same plans over
+#                 NCCL, one rank per GPU: the boxing and the split
+#                 cross-entropy on device memory; within 1e-4 of one GPU.
 #  resume         steps 6-10 resumed from the step-5 checkpoint equal the
 #                 uninterrupted run's bit for bit.
 #  gpu-ckpt-on-cpu  the GPU's step-5 checkpoint resumes on the CPU, and its
@@ -192,6 +195,17 @@ for mesh in tp2:2:tp 2x2:2x2:dp,tp; do
 		d=$(within "$name.tsv" gpu.tsv 1e-4) && row "$name" yes "$d" || row "$name" no "$d"
 	else
 		row "$name" no "$(why "$name.err")"
+	fi
+	# The same plan over NCCL, one rank per GPU, where there are enough:
+	# its boxing and split cross-entropy on device memory.
+	if [ "$dev" = cuda ] && [ "${ngpu:-0}" -ge "$nproc" ] && [ "$pmix" = yes ]; then
+		if run "$name-nccl" --plan "$name.plan" --data data --steps 20 --seed 7 \
+			--peak-gflops 0 --device cuda --nproc "$nproc"; then
+			d=$(within "$name-nccl.tsv" gpu.tsv 1e-4) && row "$name-nccl" yes "$d" ||
+				row "$name-nccl" no "$d"
+		else
+			row "$name-nccl" no "$(why "$name-nccl.err")"
+		fi
 	fi
 done
 

@@ -19,10 +19,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
 
 #include <flow/boxing_exec.h>
 #include <flow/comm.h>
+#include <flow/exec.h>
+#include <flow/kernels.h>
 #include <flow/mem.h>
 #include <flow/world.h>
 
@@ -119,8 +122,12 @@ static void fill(void *buf, size_t bytes, flow_dtype_t dtype)
 }
 
 /* Run plan on this rank and through the reference executor from the same
- * source piece; the destinations must be equal bit for bit. */
-static void assert_runs_as_simulated(const flow_boxing_plan_t *plan)
+ * source piece; the destinations must be equal bit for bit.  Once on host
+ * memory, once on the staged storage, where every scratch, zeroing and
+ * copy goes through the storage and every move through the kernel set,
+ * as on a GPU. */
+static void assert_runs_as_simulated_on(const flow_boxing_plan_t *plan,
+					const flow_exec_storage_t *storage)
 {
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_boxing_comms_t *comms = NULL;
@@ -141,8 +148,9 @@ static void assert_runs_as_simulated(const flow_boxing_plan_t *plan)
 
 	if (flow_boxing_simulate(plan, local, 1, NULL, NULL, &diag) != FLOW_OK)
 		fail_msg("simulate: %s", diag.msg);
-	if (flow_boxing_comms_new(worldutil_comm, &plan->src_mesh, &comms, &diag) !=
-		    FLOW_OK ||
+	if (flow_boxing_comms_new(worldutil_comm, &plan->src_mesh,
+				  storage ? &flow_cpu_kernels : NULL, storage,
+				  &comms, &diag) != FLOW_OK ||
 	    flow_boxing_run(plan, comms, src, dst, &diag) != FLOW_OK)
 		fail_msg("run: %s", diag.msg);
 	assert_memory_equal(dst, local[0], dst_bytes);
@@ -157,6 +165,12 @@ static void assert_runs_as_simulated(const flow_boxing_plan_t *plan)
 	flow_free(src);
 }
 
+static void assert_runs_as_simulated(const flow_boxing_plan_t *plan)
+{
+	assert_runs_as_simulated_on(plan, NULL);
+	assert_runs_as_simulated_on(plan, &flow_exec_storage_staged);
+}
+
 /* ---- flow_boxing_comms_new and _axes ----------------------------------- */
 
 /* flow_boxing_comms_new of mesh, which must refuse with err and message
@@ -166,7 +180,8 @@ static void assert_comms_new_refused(const flow_mesh_t *mesh, flow_err_t err,
 {
 	flow_boxing_comms_t *comms = (flow_boxing_comms_t *)&comms;
 	flow_diag_t diag = FLOW_DIAG_INIT;
-	assert_int_equal(flow_boxing_comms_new(worldutil_comm, mesh, &comms, &diag), err);
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, mesh, NULL, NULL,
+					       &comms, &diag), err);
 	assert_string_equal(diag.msg, message);
 	assert_ptr_equal(comms, (flow_boxing_comms_t *)&comms);
 }
@@ -198,7 +213,30 @@ static void test_boxing_exec_comms_new_refuses_an_invalid_mesh(void **state)
 	assert_comms_new_refused(&mesh, FLOW_ERR_USAGE, want.msg);
 }
 
-static void test_boxing_exec_comms_new_refuses_an_nccl_communicator(void **state)
+/* A CPU communicator moves host memory only (the staged storage's is host
+ * memory); device memory it cannot read. */
+static void test_boxing_exec_comms_new_refuses_memory_the_communicator_cannot_move(void **state)
+{
+	flow_exec_storage_t device = flow_exec_storage_staged;
+	char want[FLOW_DIAG_MAX];
+	device.name = "device";
+	(void)state;
+	snprintf(want, sizeof want,
+		 "boxing: the '%s' communicator cannot move 'device' memory",
+		 flow_comm_transport(worldutil_comm));
+	flow_mesh_t mesh = mesh_of("1");
+	flow_boxing_comms_t *comms = (flow_boxing_comms_t *)&comms;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &mesh,
+					       &flow_cpu_kernels, &device,
+					       &comms, &diag),
+			 FLOW_ERR_NOTSUP);
+	assert_string_equal(diag.msg, want);
+	assert_ptr_equal(comms, (flow_boxing_comms_t *)&comms);
+}
+
+/* An NCCL communicator moves a GPU's memory, not the host's. */
+static void test_boxing_exec_comms_new_refuses_host_memory_over_nccl(void **state)
 {
 	flow_comm_t *nccl = NULL;
 	flow_boxing_comms_t *comms = NULL;
@@ -207,10 +245,11 @@ static void test_boxing_exec_comms_new_refuses_an_nccl_communicator(void **state
 	(void)state;
 	if (flow_comm_world(worldutil_world, FLOW_COMM_NCCL, &nccl, &diag) != FLOW_OK)
 		skip(); /* no NCCL in this build, or no GPU */
-	assert_int_equal(flow_boxing_comms_new(nccl, &mesh, &comms, &diag),
+	assert_int_equal(flow_boxing_comms_new(nccl, &mesh, NULL, NULL, &comms,
+					       &diag),
 			 FLOW_ERR_NOTSUP);
 	assert_string_equal(diag.msg,
-			    "boxing: the distributed executor moves host memory, not 'nccl' buffers");
+			    "boxing: the 'nccl' communicator cannot move 'host' memory");
 	assert_null(comms);
 	flow_comm_free(nccl);
 }
@@ -222,7 +261,8 @@ static void test_boxing_exec_comms_axes_gives_one_communicator_per_group(void **
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	flow_mesh_t mesh = mesh_of("1x1:dp,tp");
 	(void)state;
-	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &mesh, &comms, &diag),
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &mesh, NULL, NULL,
+					       &comms, &diag),
 			 FLOW_OK);
 	assert_int_equal(flow_boxing_comms_axes(comms, 3u, &a, &diag), FLOW_OK);
 	assert_int_equal(flow_comm_size(a), 1);
@@ -250,7 +290,8 @@ static void assert_run_refused(const flow_boxing_plan_t *plan, flow_err_t err,
 	flow_mesh_t mesh = mesh_of("1");
 	float src[60] = { 1 }, dst[60];
 	memset(dst, GUARD_BYTE, sizeof(dst));
-	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &mesh, &comms, &diag),
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &mesh, NULL, NULL,
+					       &comms, &diag),
 			 FLOW_OK);
 	assert_int_equal(flow_boxing_run(plan, comms, src, dst, &diag), err);
 	assert_string_equal(diag.msg, message);
@@ -335,8 +376,8 @@ static void test_boxing_exec_run_refuses_overlapping_pieces(void **state)
 	flow_diag_t diag = FLOW_DIAG_INIT;
 	float buf[61] = { 0 };
 	(void)state;
-	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &plan.src_mesh, &comms,
-					       &diag),
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &plan.src_mesh,
+					       NULL, NULL, &comms, &diag),
 			 FLOW_OK);
 	assert_int_equal(flow_boxing_run(&plan, comms, buf, buf + 1, &diag),
 			 FLOW_ERR_USAGE);
@@ -459,7 +500,8 @@ int main(void)
 		cmocka_unit_test(test_boxing_exec_comms_new_refuses_a_mesh_of_another_size),
 		cmocka_unit_test(test_boxing_exec_comms_new_refuses_a_mesh_of_other_ranks),
 		cmocka_unit_test(test_boxing_exec_comms_new_refuses_an_invalid_mesh),
-		cmocka_unit_test(test_boxing_exec_comms_new_refuses_an_nccl_communicator),
+		cmocka_unit_test(test_boxing_exec_comms_new_refuses_memory_the_communicator_cannot_move),
+		cmocka_unit_test(test_boxing_exec_comms_new_refuses_host_memory_over_nccl),
 		cmocka_unit_test(test_boxing_exec_comms_axes_gives_one_communicator_per_group),
 		cmocka_unit_test(test_boxing_exec_run_refuses_a_plan_of_another_mesh),
 		cmocka_unit_test(test_boxing_exec_run_refuses_bad_steps),

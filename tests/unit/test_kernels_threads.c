@@ -187,7 +187,8 @@ static void embedding_forward_run(float *out)
 	float *wte = buf_random(EM_V * EM_C, 6, 1.0f);
 	float *wpe = buf_random(EM_T * EM_C, 7, 1.0f);
 
-	flow_cpu_embedding_forward(out, tok, wte, wpe, EM_B, EM_T, EM_C);
+	flow_cpu_embedding_forward(out, tok, wte, wpe, 0, EM_V, EM_B, EM_T,
+				   EM_C);
 	free(tok);
 	flow_free(wte);
 	flow_free(wpe);
@@ -199,8 +200,8 @@ static void embedding_backward_run(float *out)
 	float *dout = buf_random(EM_B * EM_T * EM_C, 8, 1.0f);
 
 	fill_random(out, EM_V * EM_C + EM_T * EM_C, 9, 0.5f);
-	flow_cpu_embedding_backward(out, out + EM_V * EM_C, dout, tok, EM_B,
-				    EM_T, EM_C);
+	flow_cpu_embedding_backward(out, out + EM_V * EM_C, dout, tok, 0, EM_V,
+				    EM_B, EM_T, EM_C);
 	free(tok);
 	flow_free(dout);
 }

@@ -98,13 +98,13 @@ static void test_ref_embedding_sums_repeated_tokens(void **state)
 	const float dout[4] = { 1, 2, 3, 4 };
 	float out[4], dwte[4] = { 0 }, dwpe[4] = { 0 };
 
-	flow_ref_embedding_forward(out, tokens, wte, wpe, 1, 2, 2);
+	flow_ref_embedding_forward(out, tokens, wte, wpe, 0, 2, 1, 2, 2);
 	assert_close(out[0], 13.0, TOL);
 	assert_close(out[1], 24.0, TOL);
 	assert_close(out[2], 33.0, TOL);
 	assert_close(out[3], 44.0, TOL);
 
-	flow_ref_embedding_backward(dwte, dwpe, dout, tokens, 1, 2, 2);
+	flow_ref_embedding_backward(dwte, dwpe, dout, tokens, 0, 2, 1, 2, 2);
 	assert_close(dwte[0], 0.0, TOL); /* token 0 unused */
 	assert_close(dwte[1], 0.0, TOL);
 	assert_close(dwte[2], 4.0, TOL); /* 1 + 3 */

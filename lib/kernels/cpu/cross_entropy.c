@@ -1,6 +1,7 @@
 /* CPU fused softmax cross-entropy: per row, the loss and (in place over the
  * logits) its gradient, in one kernel so the (n, Vp) probabilities are never
- * materialised as a second vocabulary-sized tensor. */
+ * materialised as a second vocabulary-sized tensor; and the same over a
+ * column shard of the logits, in the three steps flow/kernels.h gives. */
 #include <config.h>
 
 #include <math.h>
@@ -82,5 +83,68 @@ void flow_cpu_cross_entropy_forward_backward(float *losses, float *logits,
 		x[tgt] = dloss * (pt - 1.0f);
 		for (size_t j = V; j < Vp; j++)
 			x[j] = 0.0f;
+	}
+}
+
+/* ---- over a column shard ---------------------------------------------------- */
+
+void flow_cpu_cross_entropy_split_max(float *max, const float *logits,
+				      const flow_logits_shard_t *s)
+{
+#pragma omp parallel for schedule(static)
+	for (size_t r = 0; r < s->n; r++) {
+		const float *x = logits + r * s->cols;
+		float m = -INFINITY;
+		for (size_t j = 0; j < s->valid; j++)
+			m = fmaxf(m, x[j]);
+		max[r] = m;
+	}
+}
+
+void flow_cpu_cross_entropy_split_sums(float *sums, float *max,
+				       const float *gathered, size_t p,
+				       const float *logits,
+				       const flow_logits_shard_t *s)
+{
+#pragma omp parallel for schedule(static)
+	for (size_t r = 0; r < s->n; r++) {
+		const float *x = logits + r * s->cols;
+		float m = gathered[r];
+		for (size_t q = 1; q < p; q++)
+			m = fmaxf(m, gathered[q * s->n + r]);
+		max[r] = m;
+		double sum = 0.0;
+		for (size_t j = 0; j < s->valid; j++)
+			sum += exp((double)x[j] - m);
+		sums[r] = (float)sum;
+	}
+}
+
+void flow_cpu_cross_entropy_split_finish(float *losses, float *logits,
+					 const int32_t *targets,
+					 const float *max, const float *sums,
+					 const flow_logits_shard_t *s,
+					 float dloss)
+{
+#pragma omp parallel for schedule(static)
+	for (size_t r = 0; r < s->n; r++) {
+		float *x = logits + r * s->cols;
+		int64_t t = targets[r] - s->c0;
+		bool counted = targets[r] >= 0;
+		bool held = counted && t >= 0 && t < (int64_t)s->valid;
+		double loss = s->first && counted ?
+				      log((double)sums[r]) + max[r] : 0.0;
+		if (held)
+			loss -= x[t];
+		losses[r] = (float)loss;
+		for (size_t j = 0; j < s->cols; j++) {
+			float pj = j < s->valid && counted ?
+					   (float)(exp((double)x[j] - max[r]) /
+						   sums[r]) :
+					   0.0f;
+			if (held && (int64_t)j == t)
+				pj -= 1.0f;
+			x[j] = dloss * pj;
+		}
 	}
 }

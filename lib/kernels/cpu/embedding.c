@@ -1,32 +1,47 @@
 /* CPU token + position embedding: out[b,t,:] = wte[token] + wpe[t], and its
- * backward, which scatters into dwte in a deterministic order. */
+ * backward, which scatters into dwte in a deterministic order; over all of
+ * wte's rows or a shard of them (flow/kernels.h). */
 #include <config.h>
 
 #include <flow/kernels.h>
 
 #include "cpu_internal.h"
 
-void flow_cpu_embedding_forward(float *out, const int32_t *tokens,
-				const float *wte, const float *wpe, size_t B,
-				size_t T, size_t C)
+/* The row of the shard [row0, row0 + rows) holding token, or -1. */
+static int64_t held_row(int32_t token, int64_t row0, size_t rows)
 {
-	size_t rows = B * T;
+	int64_t row = (int64_t)token - row0;
+	return row >= 0 && row < (int64_t)rows ? row : -1;
+}
+
+void flow_cpu_embedding_forward(float *out, const int32_t *tokens,
+				const float *wte, const float *wpe,
+				int64_t row0, size_t rows, size_t B, size_t T,
+				size_t C)
+{
+	size_t npos = B * T;
 
 #pragma omp parallel for schedule(static)
-	for (size_t r = 0; r < rows; r++) {
-		const float *restrict te = wte + (size_t)tokens[r] * C;
+	for (size_t r = 0; r < npos; r++) {
+		int64_t row = held_row(tokens[r], row0, rows);
 		const float *restrict pe = wpe + (r % T) * C;
 		float *restrict o = out + r * C;
+		if (row < 0) {
+			for (size_t c = 0; c < C; c++)
+				o[c] = 0.0f + pe[c];
+			continue;
+		}
+		const float *restrict te = wte + (size_t)row * C;
 		for (size_t c = 0; c < C; c++)
 			o[c] = te[c] + pe[c];
 	}
 }
 
 void flow_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
-				 const int32_t *tokens, size_t B, size_t T,
-				 size_t C)
+				 const int32_t *tokens, int64_t row0,
+				 size_t rows, size_t B, size_t T, size_t C)
 {
-	size_t rows = B * T;
+	size_t npos = B * T;
 	size_t nblocks = (C + FLOW_CPU_COL_BLOCK - 1) / FLOW_CPU_COL_BLOCK;
 
 	/* Tokens repeat, so rows of dwte receive several addends.  Rather than
@@ -39,9 +54,11 @@ void flow_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
 			size_t c0 = blk * FLOW_CPU_COL_BLOCK;
 			size_t w = C - c0 < FLOW_CPU_COL_BLOCK ?
 					   C - c0 : FLOW_CPU_COL_BLOCK;
-			for (size_t r = 0; r < rows; r++) {
-				float *restrict g =
-					dwte + (size_t)tokens[r] * C + c0;
+			for (size_t r = 0; r < npos; r++) {
+				int64_t row = held_row(tokens[r], row0, rows);
+				if (row < 0)
+					continue;
+				float *restrict g = dwte + (size_t)row * C + c0;
 				const float *restrict d = dout + r * C + c0;
 				for (size_t c = 0; c < w; c++)
 					g[c] += d[c];

@@ -2,6 +2,7 @@
  * calls for FLOW_KERNELS_CPU, the kernels of lib/kernels/cpu/. */
 #include <config.h>
 
+#include <flow/boxing.h>
 #include <flow/kernels.h>
 
 const flow_kernels_t flow_cpu_kernels = {
@@ -26,6 +27,10 @@ const flow_kernels_t flow_cpu_kernels = {
 	.layernorm_residual_backward = flow_cpu_layernorm_residual_backward,
 	.cross_entropy_forward_backward =
 		flow_cpu_cross_entropy_forward_backward,
+	.cross_entropy_split_max = flow_cpu_cross_entropy_split_max,
+	.cross_entropy_split_sums = flow_cpu_cross_entropy_split_sums,
+	.cross_entropy_split_finish = flow_cpu_cross_entropy_split_finish,
+	.box_move = flow_boxing_move_region,
 	.adamw_update = flow_cpu_adamw_update,
 	.sum_squares = flow_cpu_sum_squares,
 	.scale = flow_cpu_scale,

@@ -6,7 +6,12 @@
  * (per-thread strided partial sums in double, combined by flow_block_sum
  * in a fixed order), then every element is rewritten as
  * dloss * (p - onehot).  The row is read three times; at 50304 padded
- * columns it is 200 KB, which the second and third passes find in L2. */
+ * columns it is 200 KB, which the second and third passes find in L2.
+ *
+ * Over a column shard of the logits (flow/kernels.h, the three split
+ * steps) each step is one block per row as well; the exponentials are
+ * taken in double there, as the CPU set takes them, since the sums of
+ * several ranks' columns are compared with a whole row's. */
 #include <config.h>
 
 #include "cuda_internal.h"
@@ -76,6 +81,130 @@ flow_err_t flow_cuda_cross_entropy_forward_backward(
 	FLOW_TRY(flow_cuda__check_size(diag, __func__, "n", n, INT_MAX), out);
 	cross_entropy_kernel<<<(unsigned)n, CE_THREADS, 0, stream>>>(
 		losses, logits, targets, V, Vp, dloss);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
+}
+
+/* ---- over a column shard ---------------------------------------------------- */
+
+static __global__ void ce_split_max_kernel(float *__restrict__ max,
+					   const float *__restrict__ logits,
+					   size_t cols, size_t valid)
+{
+	__shared__ float shared[32];
+	const float *x = logits + (size_t)blockIdx.x * cols;
+	float m = -INFINITY;
+	for (size_t j = threadIdx.x; j < valid; j += blockDim.x)
+		m = fmaxf(m, x[j]);
+	m = flow_block_max(m, shared);
+	if (threadIdx.x == 0)
+		max[blockIdx.x] = m;
+}
+
+static __global__ void ce_split_sums_kernel(float *__restrict__ sums,
+					    float *__restrict__ max,
+					    const float *__restrict__ gathered,
+					    size_t p, const float *__restrict__ logits,
+					    size_t n, size_t cols, size_t valid)
+{
+	__shared__ double dshared[32];
+	const size_t r = blockIdx.x;
+	const float *x = logits + r * cols;
+	float m = gathered[r];
+	for (size_t q = 1; q < p; q++)
+		m = fmaxf(m, gathered[q * n + r]);
+	double sum = 0.0;
+	for (size_t j = threadIdx.x; j < valid; j += blockDim.x)
+		sum += exp((double)x[j] - (double)m);
+	sum = flow_block_sum(sum, dshared);
+	if (threadIdx.x == 0) {
+		max[r] = m;
+		sums[r] = (float)sum;
+	}
+}
+
+static __global__ void ce_split_finish_kernel(
+	float *__restrict__ losses, float *__restrict__ logits,
+	const int32_t *__restrict__ targets, const float *__restrict__ max,
+	const float *__restrict__ sums, size_t cols, size_t valid, int64_t c0,
+	bool first, float dloss)
+{
+	const size_t r = blockIdx.x;
+	float *x = logits + r * cols;
+	const int32_t tgt = targets[r];
+	const int64_t t = (int64_t)tgt - c0;
+	const bool counted = tgt >= 0;
+	const bool held = counted && t >= 0 && t < (int64_t)valid;
+	const double m = max[r], sum = sums[r];
+	if (threadIdx.x == 0) {
+		/* The target's logit, read before any thread overwrites it:
+		 * thread 0 writes only column 0 below, after this. */
+		double loss = first && counted ? log(sum) + m : 0.0;
+		if (held)
+			loss -= x[t];
+		losses[r] = (float)loss;
+	}
+	__syncthreads();
+	for (size_t j = threadIdx.x; j < cols; j += blockDim.x) {
+		float pj = j < valid && counted ?
+				   (float)(exp((double)x[j] - m) / sum) :
+				   0.0f;
+		if (held && (int64_t)j == t)
+			pj -= 1.0f;
+		x[j] = dloss * pj;
+	}
+}
+
+flow_err_t flow_cuda_cross_entropy_split_max(float *max, const float *logits,
+					     const flow_logits_shard_t *s,
+					     flow_diag_t *diag,
+					     cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+
+	if (s->n == 0)
+		return FLOW_OK;
+	FLOW_TRY(flow_cuda__check_size(diag, __func__, "n", s->n, INT_MAX), out);
+	ce_split_max_kernel<<<(unsigned)s->n, CE_THREADS, 0, stream>>>(
+		max, logits, s->cols, s->valid);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
+}
+
+flow_err_t flow_cuda_cross_entropy_split_sums(float *sums, float *max,
+					      const float *gathered, size_t p,
+					      const float *logits,
+					      const flow_logits_shard_t *s,
+					      flow_diag_t *diag,
+					      cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+
+	if (s->n == 0)
+		return FLOW_OK;
+	FLOW_TRY(flow_cuda__check_size(diag, __func__, "n", s->n, INT_MAX), out);
+	ce_split_sums_kernel<<<(unsigned)s->n, CE_THREADS, 0, stream>>>(
+		sums, max, gathered, p, logits, s->n, s->cols, s->valid);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
+}
+
+flow_err_t flow_cuda_cross_entropy_split_finish(
+	float *losses, float *logits, const int32_t *targets, const float *max,
+	const float *sums, const flow_logits_shard_t *s, float dloss,
+	flow_diag_t *diag, cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+
+	if (s->n == 0)
+		return FLOW_OK;
+	FLOW_TRY(flow_cuda__check_size(diag, __func__, "n", s->n, INT_MAX), out);
+	ce_split_finish_kernel<<<(unsigned)s->n, CE_THREADS, 0, stream>>>(
+		losses, logits, targets, max, sums, s->cols, s->valid, s->c0,
+		s->first, dloss);
 	FLOW_CUDA_LAUNCH_TRY(out);
 out:
 	return err;

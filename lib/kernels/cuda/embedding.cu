@@ -5,17 +5,27 @@
  * so instead the positions are stably sorted by token (CUB radix sort, which
  * is deterministic) and one thread per (token, channel) adds that token's
  * gradients in increasing position order: the same order as a sequential
- * loop over positions, so the result does not depend on the launch. */
+ * loop over positions, so the result does not depend on the launch.  Over
+ * a shard of wte's rows [row0, row0 + rows), a token outside it adds
+ * nothing (flow/kernels.h). */
 #include <config.h>
 
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda_internal.h"
 
+/* The row of the shard holding token, or -1. */
+static __device__ int64_t held_row(int32_t token, int64_t row0, size_t rows)
+{
+	const int64_t row = (int64_t)token - row0;
+	return row >= 0 && row < (int64_t)rows ? row : -1;
+}
+
 static __global__ void embedding_forward_kernel(float *__restrict__ out,
 						const int32_t *__restrict__ tokens,
 						const float *__restrict__ wte,
 						const float *__restrict__ wpe,
+						int64_t row0, size_t rows,
 						size_t B, size_t T, size_t C)
 {
 	const size_t total = B * T * C;
@@ -23,8 +33,9 @@ static __global__ void embedding_forward_kernel(float *__restrict__ out,
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
 	     i += stride) {
 		const size_t bt = i / C, c = i % C, t = bt % T;
-		const size_t tok = (size_t)tokens[bt];
-		out[i] = wte[tok * C + c] + wpe[t * C + c];
+		const int64_t row = held_row(tokens[bt], row0, rows);
+		const float te = row < 0 ? 0.0f : wte[(size_t)row * C + c];
+		out[i] = te + wpe[t * C + c];
 	}
 }
 
@@ -59,6 +70,7 @@ static __global__ void embedding_dwte_kernel(float *__restrict__ dwte,
 					     const float *__restrict__ dout,
 					     const int32_t *__restrict__ keys,
 					     const int32_t *__restrict__ pos,
+					     int64_t row0, size_t rows,
 					     size_t nt, size_t C)
 {
 	const size_t i = blockIdx.x;
@@ -66,9 +78,10 @@ static __global__ void embedding_dwte_kernel(float *__restrict__ dwte,
 	if (i >= nt || c >= C)
 		return;
 	const int32_t tok = keys[i];
-	if (i > 0 && keys[i - 1] == tok)
+	const int64_t row = held_row(tok, row0, rows);
+	if ((i > 0 && keys[i - 1] == tok) || row < 0)
 		return;
-	float *dst = dwte + (size_t)tok * C + c;
+	float *dst = dwte + (size_t)row * C + c;
 	float acc = *dst;
 	for (size_t j = i; j < nt && keys[j] == tok; j++)
 		acc += dout[(size_t)pos[j] * C + c];
@@ -80,8 +93,9 @@ static __global__ void embedding_dwte_kernel(float *__restrict__ dwte,
 
 flow_err_t flow_cuda_embedding_forward(float *out, const int32_t *tokens,
 				       const float *wte, const float *wpe,
-				       size_t B, size_t T, size_t C,
-				       flow_diag_t *diag, cudaStream_t stream)
+				       int64_t row0, size_t rows, size_t B,
+				       size_t T, size_t C, flow_diag_t *diag,
+				       cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
 	const size_t total = B * T * C;
@@ -90,7 +104,8 @@ flow_err_t flow_cuda_embedding_forward(float *out, const int32_t *tokens,
 		return FLOW_OK;
 	embedding_forward_kernel<<<flow_cuda__grid(total, EMB_THREADS * 4),
 				   EMB_THREADS, 0, stream>>>(out, tokens, wte,
-							     wpe, B, T, C);
+							     wpe, row0, rows,
+							     B, T, C);
 	FLOW_CUDA_LAUNCH_TRY(out);
 out:
 	return err;
@@ -98,8 +113,9 @@ out:
 
 flow_err_t flow_cuda_embedding_backward(float *dwte, float *dwpe,
 					const float *dout,
-					const int32_t *tokens, size_t B,
-					size_t T, size_t C, flow_diag_t *diag,
+					const int32_t *tokens, int64_t row0,
+					size_t rows, size_t B, size_t T,
+					size_t C, flow_diag_t *diag,
 					cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
@@ -150,7 +166,7 @@ flow_err_t flow_cuda_embedding_backward(float *dwte, float *dwpe,
 	grid = dim3((unsigned)nt,
 		    (unsigned)flow_cuda__ceil_div(C, DWTE_THREADS));
 	embedding_dwte_kernel<<<grid, DWTE_THREADS, 0, stream>>>(
-		dwte, dout, keys, pos, nt, C);
+		dwte, dout, keys, pos, row0, rows, nt, C);
 	FLOW_CUDA_LAUNCH_TRY(out_free);
 out_free:
 	/* Stream-ordered: the memory is reused only after the kernels above. */

@@ -89,17 +89,19 @@ void matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
 }
 
 void embedding_forward(float *out, const int32_t *tokens, const float *wte,
-		       const float *wpe, size_t B, size_t T, size_t C)
+		       const float *wpe, int64_t row0, size_t rows, size_t B,
+		       size_t T, size_t C)
 {
-	ENQUEUE(flow_cuda_embedding_forward(out, tokens, wte, wpe, B, T, C,
-					    diag, STREAM));
+	ENQUEUE(flow_cuda_embedding_forward(out, tokens, wte, wpe, row0, rows,
+					    B, T, C, diag, STREAM));
 }
 
 void embedding_backward(float *dwte, float *dwpe, const float *dout,
-			const int32_t *tokens, size_t B, size_t T, size_t C)
+			const int32_t *tokens, int64_t row0, size_t rows,
+			size_t B, size_t T, size_t C)
 {
-	ENQUEUE(flow_cuda_embedding_backward(dwte, dwpe, dout, tokens, B, T,
-					     C, diag, STREAM));
+	ENQUEUE(flow_cuda_embedding_backward(dwte, dwpe, dout, tokens, row0,
+					     rows, B, T, C, diag, STREAM));
 }
 
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -182,6 +184,39 @@ void cross_entropy_forward_backward(float *losses, float *logits,
 {
 	ENQUEUE(flow_cuda_cross_entropy_forward_backward(
 		losses, logits, targets, n, V, Vp, dloss, diag, STREAM));
+}
+
+void cross_entropy_split_max(float *max, const float *logits,
+			     const flow_logits_shard_t *s)
+{
+	ENQUEUE(flow_cuda_cross_entropy_split_max(max, logits, s, diag,
+						  STREAM));
+}
+
+void cross_entropy_split_sums(float *sums, float *max, const float *gathered,
+			      size_t p, const float *logits,
+			      const flow_logits_shard_t *s)
+{
+	ENQUEUE(flow_cuda_cross_entropy_split_sums(sums, max, gathered, p,
+						   logits, s, diag, STREAM));
+}
+
+void cross_entropy_split_finish(float *losses, float *logits,
+				const int32_t *targets, const float *max,
+				const float *sums, const flow_logits_shard_t *s,
+				float dloss)
+{
+	ENQUEUE(flow_cuda_cross_entropy_split_finish(losses, logits, targets,
+						     max, sums, s, dloss, diag,
+						     STREAM));
+}
+
+void box_move(flow_dtype_t dtype, const void *src, const flow_box_t *src_box,
+	      void *dst, const flow_box_t *dst_box, const flow_box_t *region,
+	      bool add)
+{
+	ENQUEUE(flow_cuda_box_move(dtype, src, src_box, dst, dst_box, region,
+				   add, diag, STREAM));
 }
 
 void adamw_update(float *param, const float *grad, float *m, float *v,
@@ -294,6 +329,10 @@ extern "C" const flow_kernels_t flow_cuda_kernels = {
 	residual_layernorm_forward,
 	layernorm_residual_backward,
 	cross_entropy_forward_backward,
+	cross_entropy_split_max,
+	cross_entropy_split_sums,
+	cross_entropy_split_finish,
+	box_move,
 	adamw_update,
 	adamw_update_all,
 	sum_squares,

@@ -72,24 +72,34 @@ void flow_ref_matmul_backward(float *dinp, float *dweight, float *dbias,
  * (kernels/host_bf16.c), so its sums are exact but for one rounding. */
 FLOW_HOST_BF16_MATMULS(flow_ref)
 
+/* Whether the shard [row0, row0 + rows) holds token, as its row v. */
+static bool ref_held(int32_t token, int64_t row0, size_t rows, size_t *v)
+{
+	int64_t row = (int64_t)token - row0;
+	*v = (size_t)row;
+	return row >= 0 && row < (int64_t)rows;
+}
+
 void flow_ref_embedding_forward(float *out, const int32_t *tokens,
-				const float *wte, const float *wpe, size_t B,
-				size_t T, size_t C)
+				const float *wte, const float *wpe,
+				int64_t row0, size_t rows, size_t B, size_t T,
+				size_t C)
 {
 	for (size_t b = 0; b < B; b++) {
 		for (size_t t = 0; t < T; t++) {
-			size_t v = (size_t)tokens[b * T + t];
+			size_t v;
+			bool held = ref_held(tokens[b * T + t], row0, rows, &v);
 			for (size_t c = 0; c < C; c++)
-				out[(b * T + t) * C + c] =
-					(float)((double)wte[v * C + c] +
-						(double)wpe[t * C + c]);
+				out[(b * T + t) * C + c] = (float)(
+					(held ? (double)wte[v * C + c] : 0.0) +
+					(double)wpe[t * C + c]);
 		}
 	}
 }
 
 void flow_ref_embedding_backward(float *dwte, float *dwpe, const float *dout,
-				 const int32_t *tokens, size_t B, size_t T,
-				 size_t C)
+				 const int32_t *tokens, int64_t row0,
+				 size_t rows, size_t B, size_t T, size_t C)
 {
 	size_t npos = B * T;
 
@@ -102,9 +112,9 @@ void flow_ref_embedding_backward(float *dwte, float *dwpe, const float *dout,
 			bool seen = false;
 			for (size_t q = 0; q < p && !seen; q++)
 				seen = tokens[q] == tokens[p];
-			if (seen)
+			size_t v;
+			if (seen || !ref_held(tokens[p], row0, rows, &v))
 				continue;
-			size_t v = (size_t)tokens[p];
 			for (size_t c = 0; c < C; c++) {
 				double acc = 0.0;
 				for (size_t q = p; q < npos; q++)

@@ -1,7 +1,10 @@
 /* The reference kernel set's table (flow/kernels_ref.h): what the executor
- * calls for FLOW_KERNELS_REF, the naive kernels of lib/kernels/ref/ref.c. */
+ * calls for FLOW_KERNELS_REF, the naive kernels of lib/kernels/ref/ref.c,
+ * and the CPU set's split cross-entropy, which rounds once from double
+ * already, and box moves, which are exact. */
 #include <config.h>
 
+#include <flow/boxing.h>
 #include <flow/kernels_ref.h>
 
 const flow_kernels_t flow_ref_kernels = {
@@ -26,6 +29,10 @@ const flow_kernels_t flow_ref_kernels = {
 	.layernorm_residual_backward = flow_ref_layernorm_residual_backward,
 	.cross_entropy_forward_backward =
 		flow_ref_cross_entropy_forward_backward,
+	.cross_entropy_split_max = flow_cpu_cross_entropy_split_max,
+	.cross_entropy_split_sums = flow_cpu_cross_entropy_split_sums,
+	.cross_entropy_split_finish = flow_cpu_cross_entropy_split_finish,
+	.box_move = flow_boxing_move_region,
 	.adamw_update = flow_ref_adamw_update,
 	.sum_squares = flow_ref_sum_squares,
 	.scale = flow_ref_scale,
