@@ -1,5 +1,5 @@
 # FLOW_CHECK_CUDA: --with-cuda[=DIR] (default: check).  Finds cuda_runtime.h,
-# libcudart and cuBLAS, and nvcc for the .cu sources.  Sets CUDA_CPPFLAGS,
+# libcudart, cuBLAS and cuBLASLt, and nvcc for the .cu sources.  Sets CUDA_CPPFLAGS,
 # CUDA_LDFLAGS, CUDA_LIBS, NVCC, NVCC_GENCODE; HAVE_CUDA and HAVE_NVCC.
 AC_DEFUN([FLOW_CHECK_CUDA], [
 	AC_ARG_WITH([cuda],
@@ -26,18 +26,20 @@ AC_DEFUN([FLOW_CHECK_CUDA], [
 		have_cuda=yes
 		AS_IF([test ! -d "$flow_cuda_dir/include"], [have_cuda=no])
 		AS_IF([test "x$have_cuda" = xyes],
-			[AC_CHECK_HEADERS([cuda_runtime.h cublas_v2.h], [], [have_cuda=no])])
+			[AC_CHECK_HEADERS([cuda_runtime.h cublas_v2.h cublasLt.h], [], [have_cuda=no])])
 		AS_IF([test "x$have_cuda" = xyes],
 			[AC_CHECK_LIB([cudart], [cudaMalloc], [], [have_cuda=no])])
 		AS_IF([test "x$have_cuda" = xyes],
 			[AC_CHECK_LIB([cublas], [cublasCreate_v2], [], [have_cuda=no])])
+		AS_IF([test "x$have_cuda" = xyes],
+			[AC_CHECK_LIB([cublasLt], [cublasLtCreate], [], [have_cuda=no])])
 		AS_IF([test "x$have_cuda" = xyes], [
 			AC_PATH_PROG([NVCC], [nvcc], [no], [$flow_cuda_dir/bin:$PATH])
 			AS_IF([test "x$NVCC" = xno], [have_cuda=no])
 		])
 		CPPFLAGS=$flow_save_CPPFLAGS LDFLAGS=$flow_save_LDFLAGS LIBS=$flow_save_LIBS
 		AS_IF([test "x$have_cuda" = xyes], [
-			CUDA_LIBS="-lcublas -lcudart -lstdc++"  # nvcc objects are C++
+			CUDA_LIBS="-lcublasLt -lcublas -lcudart -lstdc++"  # nvcc objects are C++
 			flow_cuda_arch=`echo "$NVCC_GENCODE" | sed -n 's/.*code=\(sm_@<:@0-9a-z@:>@*\).*/\1/p'`
 			flow_cuda_summary="yes ($flow_cuda_dir, ${flow_cuda_arch:-ptx})"
 			AC_DEFINE([HAVE_CUDA], [1], [Define if CUDA is available])
@@ -46,7 +48,7 @@ AC_DEFUN([FLOW_CHECK_CUDA], [
 			CUDA_CPPFLAGS= CUDA_LDFLAGS=
 			AS_IF([test "x$with_cuda" = xcheck],
 				[AC_MSG_WARN([CUDA not found: building without GPU support; install nvidia-cuda-toolkit or pass --with-cuda=DIR])],
-				[AC_MSG_ERROR([CUDA requested but not found in $flow_cuda_dir (need cuda_runtime.h, cublas_v2.h, libcudart, libcublas and nvcc); install nvidia-cuda-toolkit])])
+				[AC_MSG_ERROR([CUDA requested but not found in $flow_cuda_dir (need cuda_runtime.h, cublas_v2.h, cublasLt.h, libcudart, libcublas, libcublasLt and nvcc); install nvidia-cuda-toolkit])])
 		])
 	])
 	AC_SUBST([CUDA_CPPFLAGS])

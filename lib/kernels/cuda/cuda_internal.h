@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -81,6 +82,15 @@ FLOW_CUDA_HIDDEN flow_err_t flow_cuda__fail_cublas(flow_diag_t *diag,
 FLOW_CUDA_HIDDEN flow_err_t flow_cuda__cublas(cublasHandle_t *handle_out,
 					      cudaStream_t stream,
 					      flow_diag_t *diag);
+
+/* The calling thread's cuBLASLt handle for its current device and the
+ * workspace its matmuls may use (FLOW_CUDA_LT_WORKSPACE bytes of device
+ * memory), both created on first use and released with the cuBLAS
+ * handles (flow_cuda_release_thread). */
+#define FLOW_CUDA_LT_WORKSPACE ((size_t)32 << 20)
+FLOW_CUDA_HIDDEN flow_err_t flow_cuda__cublaslt(cublasLtHandle_t *handle_out,
+						void **workspace_out,
+						flow_diag_t *diag);
 
 /* cudaEventRecord as a flow_err_t. */
 FLOW_CUDA_HIDDEN flow_err_t flow_cuda__event_record(cudaEvent_t event,

@@ -1,6 +1,8 @@
 /* matmul on the GPU: out[n,o] = inp[n,i] . weight[o,i]^T + bias[o] through
- * cuBLAS sgemm, its backward through cuBLAS with beta = 1 (accumulating), and
- * a deterministic column reduction for dbias.  Mirrors cpu/matmul.c.
+ * cuBLASLt with the bias added in the GEMM's epilogue (cuBLAS sgemm and a
+ * bias pass where cuBLASLt has no algorithm), its backward through cuBLAS
+ * with beta = 1 (accumulating), and a deterministic column reduction for
+ * dbias.  Mirrors cpu/matmul.c.
  *
  * cuBLAS is column-major: a row-major (r x c) matrix with row stride ld is the
  * column-major (c x r) matrix with leading dimension ld, its transpose.  So
@@ -36,6 +38,115 @@ static flow_err_t add_bias(float *out, const float *bias, size_t n,
 			  stream>>>(out, bias, n, out_dim);
 	FLOW_CUDA_LAUNCH_TRY(out);
 out:
+	return err;
+}
+
+/* ---- the bias in the GEMM's epilogue (cuBLASLt) ---------------------------- */
+
+/* The largest power of two, at most 256, that divides every address:
+ * what cuBLASLt may assume of the buffers (it assumes 256 unless told,
+ * and the arena's tensors and a panel's rows are only 64- or 4-byte
+ * aligned). */
+static uint32_t common_alignment(const void *a, const void *b, const void *d)
+{
+	uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | 256u;
+	return (uint32_t)(bits & (~bits + 1u));
+}
+
+/* A matrix layout as stored: rows x cols column-major with leading
+ * dimension ld, of op's operand (its transpose stored when op is T). */
+static cublasStatus_t lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t type,
+				cublasOperation_t op, size_t rows, size_t cols,
+				size_t ld)
+{
+	bool t = op == CUBLAS_OP_T;
+	return cublasLtMatrixLayoutCreate(l, type, t ? cols : rows,
+					  t ? rows : cols, (int64_t)ld);
+}
+
+/* Column-major D (m x n, ldd) = op(A) (m x k) . op(B) (k x n) + bias[m] on
+ * every column, through cuBLASLt's BIAS epilogue, which adds the bias as
+ * each tile is written instead of in a second pass over D.  A and B are
+ * of type (fp32 or bf16), D, the bias and the sums fp32
+ * (CUBLAS_COMPUTE_32F: true fp32 for fp32 operands, no TF32).  *done is
+ * false, and D untouched, when cuBLASLt has no algorithm for the shape or
+ * the buffers' alignment: the caller then runs the GEMM and add_bias. */
+static flow_err_t gemm_bias_lt(cudaDataType_t type, cublasOperation_t opa,
+			       cublasOperation_t opb, size_t m, size_t n,
+			       size_t k, const void *a, size_t lda,
+			       const void *b, size_t ldb, const float *bias,
+			       float *d, size_t ldd, bool *done,
+			       flow_diag_t *diag, cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	cublasLtHandle_t lt = NULL;
+	void *ws = NULL;
+	cublasLtMatmulDesc_t op = NULL;
+	cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t found;
+	cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+	const size_t ws_bytes = FLOW_CUDA_LT_WORKSPACE;
+	const uint32_t align = common_alignment(a, b, d);
+	int count = 0;
+	const float one = 1.0f, zero = 0.0f;
+
+	*done = false;
+	FLOW_TRY(flow_cuda__cublaslt(&lt, &ws, diag), out);
+	FLOW_CUBLAS_TRY(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F,
+						 CUDA_R_32F),
+			out);
+	FLOW_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+				op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa),
+			out);
+	FLOW_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+				op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb),
+			out);
+	FLOW_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+				op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+				sizeof epilogue),
+			out);
+	FLOW_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+				op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+				sizeof bias),
+			out);
+	FLOW_CUBLAS_TRY(lt_layout(&la, type, opa, m, k, lda), out);
+	FLOW_CUBLAS_TRY(lt_layout(&lb, type, opb, k, n, ldb), out);
+	FLOW_CUBLAS_TRY(lt_layout(&ld, CUDA_R_32F, CUBLAS_OP_N, m, n, ldd), out);
+	FLOW_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref), out);
+	FLOW_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+				pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+				&ws_bytes, sizeof ws_bytes),
+			out);
+	for (cublasLtMatmulPreferenceAttributes_t attr :
+	     { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+	       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+	       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+	       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES })
+		FLOW_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+					pref, attr, &align, sizeof align),
+				out);
+	/* No algorithm is not a failure: the caller has the two-pass way. */
+	if (cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1,
+					   &found, &count) !=
+		    CUBLAS_STATUS_SUCCESS ||
+	    count == 0)
+		goto out;
+	FLOW_CUBLAS_TRY(cublasLtMatmul(lt, op, &one, a, la, b, lb, &zero, d, ld,
+				       d, ld, &found.algo, ws, ws_bytes, stream),
+			out);
+	*done = true;
+out:
+	if (pref)
+		(void)cublasLtMatmulPreferenceDestroy(pref);
+	if (ld)
+		(void)cublasLtMatrixLayoutDestroy(ld);
+	if (lb)
+		(void)cublasLtMatrixLayoutDestroy(lb);
+	if (la)
+		(void)cublasLtMatrixLayoutDestroy(la);
+	if (op)
+		(void)cublasLtMatmulDescDestroy(op);
 	return err;
 }
 
@@ -91,6 +202,7 @@ flow_err_t flow_cuda_matmul_forward(float *out, const float *inp,
 	flow_err_t err = FLOW_OK;
 	cublasHandle_t h = NULL;
 	const float one = 1.0f, zero = 0.0f;
+	bool biased = false; /* the bias added in the GEMM's epilogue */
 
 	if (n == 0 || out_dim == 0)
 		return FLOW_OK;
@@ -101,16 +213,27 @@ flow_err_t flow_cuda_matmul_forward(float *out, const float *inp,
 					      stream),
 			      out);
 	} else {
-		FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
-		/* out^T (o x n) = W (o x i, stored as i x o) ^T . inp^T (i x n) */
-		FLOW_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N,
-					    (int)out_dim, (int)n, (int)in_dim,
-					    &one, weight, (int)in_dim, inp,
-					    (int)in_dim, &zero, out,
-					    (int)out_dim),
-				out);
+		/* out^T (o x n) = W (o x i, stored as i x o) ^T . inp^T (i x n),
+		 * the bias in the epilogue where cuBLASLt can */
+		if (bias)
+			FLOW_TRY(gemm_bias_lt(CUDA_R_32F, CUBLAS_OP_T,
+					      CUBLAS_OP_N, out_dim, n, in_dim,
+					      weight, in_dim, inp, in_dim, bias,
+					      out, out_dim, &biased, diag,
+					      stream),
+				 out);
+		if (!biased) {
+			FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
+			FLOW_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N,
+						    (int)out_dim, (int)n,
+						    (int)in_dim, &one, weight,
+						    (int)in_dim, inp,
+						    (int)in_dim, &zero, out,
+						    (int)out_dim),
+					out);
+		}
 	}
-	if (bias)
+	if (bias && !biased)
 		FLOW_TRY(add_bias(out, bias, n, out_dim, diag, stream), out);
 out:
 	return err;
@@ -307,16 +430,31 @@ flow_err_t flow_cuda_matmul_bf16_forward(float *out, void *scratch,
 			FLOW_TRY(round_bf16(s.x, inp + r0 * in_dim, m * in_dim,
 					    diag, stream),
 				 out);
-			/* out^T (o x m) = W^T . x^T, as the sgemm above */
-			FLOW_TRY(gemm_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, out_dim,
-					   m, in_dim, s.w, in_dim, s.x, in_dim,
-					   0.0f, out + r0 * out_dim, out_dim,
-					   diag),
-				 out);
+			/* out^T (o x m) = W^T . x^T, as the sgemm above, the
+			 * bias in the epilogue where cuBLASLt can */
+			bool panel_biased = false;
+			if (bias)
+				FLOW_TRY(gemm_bias_lt(CUDA_R_16BF, CUBLAS_OP_T,
+						      CUBLAS_OP_N, out_dim, m,
+						      in_dim, s.w, in_dim, s.x,
+						      in_dim, bias,
+						      out + r0 * out_dim,
+						      out_dim, &panel_biased,
+						      diag, stream),
+					 out);
+			if (!panel_biased)
+				FLOW_TRY(gemm_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N,
+						   out_dim, m, in_dim, s.w,
+						   in_dim, s.x, in_dim, 0.0f,
+						   out + r0 * out_dim, out_dim,
+						   diag),
+					 out);
+			if (bias && !panel_biased)
+				FLOW_TRY(add_bias(out + r0 * out_dim, bias, m,
+						  out_dim, diag, stream),
+					 out);
 		}
 	}
-	if (bias)
-		FLOW_TRY(add_bias(out, bias, n, out_dim, diag, stream), out);
 out:
 	return err;
 }

@@ -1,5 +1,5 @@
 /* CUDA runtime pieces behind kernels_cuda.h: error conversion at the CUDA and
- * cuBLAS boundary, the per-thread cuBLAS handles, device queries and the
+ * cuBLAS boundary, the per-thread cuBLAS and cuBLASLt handles, device queries and the
  * memory helpers used by tools and tests. */
 #include <config.h>
 
@@ -13,6 +13,8 @@
 
 /* The calling thread's handles, indexed by device ordinal. */
 static thread_local cublasHandle_t tls_cublas[FLOW_CUDA_MAX_DEVICES];
+static thread_local cublasLtHandle_t tls_cublaslt[FLOW_CUDA_MAX_DEVICES];
+static thread_local void *tls_lt_workspace[FLOW_CUDA_MAX_DEVICES];
 
 /* "matmul.cu" from "/path/lib/kernels/cuda/matmul.cu". */
 static const char *base_name(const char *path)
@@ -49,6 +51,42 @@ flow_err_t flow_cuda__check_size(flow_diag_t *diag, const char *func,
 			     func, limit);
 }
 
+/* The calling thread's current device, as an index of the handle tables. */
+static flow_err_t current_device(int *dev_out, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	int dev = 0;
+
+	FLOW_CUDA_TRY(cudaGetDevice(&dev), out);
+	if (dev < 0 || dev >= FLOW_CUDA_MAX_DEVICES)
+		err = flow_diag_set(diag, FLOW_ERR_RANGE,
+				    "CUDA device %d is beyond the %d devices "
+				    "libflow supports",
+				    dev, FLOW_CUDA_MAX_DEVICES);
+	*dev_out = dev;
+out:
+	return err;
+}
+
+flow_err_t flow_cuda__cublaslt(cublasLtHandle_t *handle_out,
+			       void **workspace_out, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	int dev = 0;
+
+	FLOW_TRY(current_device(&dev, diag), out);
+	if (!tls_cublaslt[dev])
+		FLOW_CUBLAS_TRY(cublasLtCreate(&tls_cublaslt[dev]), out);
+	if (!tls_lt_workspace[dev])
+		FLOW_CUDA_TRY(cudaMalloc(&tls_lt_workspace[dev],
+					 FLOW_CUDA_LT_WORKSPACE),
+			      out);
+	*handle_out = tls_cublaslt[dev];
+	*workspace_out = tls_lt_workspace[dev];
+out:
+	return err;
+}
+
 flow_err_t flow_cuda__cublas(cublasHandle_t *handle_out, cudaStream_t stream,
 			     flow_diag_t *diag)
 {
@@ -56,14 +94,7 @@ flow_err_t flow_cuda__cublas(cublasHandle_t *handle_out, cudaStream_t stream,
 	int dev = 0;
 	cublasHandle_t h = NULL;
 
-	FLOW_CUDA_TRY(cudaGetDevice(&dev), out);
-	if (dev < 0 || dev >= FLOW_CUDA_MAX_DEVICES) {
-		err = flow_diag_set(diag, FLOW_ERR_RANGE,
-				    "CUDA device %d is beyond the %d devices "
-				    "libflow supports",
-				    dev, FLOW_CUDA_MAX_DEVICES);
-		goto out;
-	}
+	FLOW_TRY(current_device(&dev, diag), out);
 	h = tls_cublas[dev];
 	if (!h) {
 		FLOW_CUBLAS_TRY(cublasCreate(&h), out);
@@ -86,12 +117,22 @@ void flow_cuda_release_thread(void)
 	int saved = -1;
 	bool have_saved = cudaGetDevice(&saved) == cudaSuccess;
 	for (int dev = 0; dev < FLOW_CUDA_MAX_DEVICES; dev++) {
-		if (!tls_cublas[dev])
+		if (!tls_cublas[dev] && !tls_cublaslt[dev] &&
+		    !tls_lt_workspace[dev])
 			continue;
-		/* cublasDestroy synchronises with the handle's device. */
-		if (cudaSetDevice(dev) == cudaSuccess)
-			(void)cublasDestroy(tls_cublas[dev]);
+		/* cublasDestroy synchronises with the handle's device; the
+		 * workspace is freed after, when no matmul can still use it. */
+		if (cudaSetDevice(dev) == cudaSuccess) {
+			if (tls_cublas[dev])
+				(void)cublasDestroy(tls_cublas[dev]);
+			if (tls_cublaslt[dev])
+				(void)cublasLtDestroy(tls_cublaslt[dev]);
+			(void)cudaDeviceSynchronize();
+			(void)cudaFree(tls_lt_workspace[dev]);
+		}
 		tls_cublas[dev] = NULL;
+		tls_cublaslt[dev] = NULL;
+		tls_lt_workspace[dev] = NULL;
 	}
 	if (have_saved)
 		(void)cudaSetDevice(saved);
