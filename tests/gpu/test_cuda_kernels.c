@@ -355,6 +355,36 @@ static void test_matmul(bool with_bias, bool bf16)
 	free_all();
 }
 
+/* The bias in cuBLASLt's epilogue on buffers one float off the 256-byte
+ * alignment cuBLASLt assumes unless told (an arena tensor is only
+ * 64-byte aligned): the heuristic must be told, or it may pick a kernel
+ * that faults or misreads. */
+static void test_matmul_unaligned(void)
+{
+	const size_t n = 333, in = TC, out = 3 * TC;
+	check_t c;
+	double us = 0.0;
+	float *inp = host_rand(n * in, -1.0f, 1.0f);
+	float *w = host_rand(out * in, -1.0f, 1.0f);
+	float *b = host_rand(out, -1.0f, 1.0f);
+	float *ref = host_alloc(n * out * sizeof(float));
+	float *inp1 = host_alloc((n * in + 1) * sizeof(float));
+	memcpy(inp1 + 1, inp, n * in * sizeof(float));
+	inp1[0] = 0.0f;
+	float *d_inp = dev_floats(inp1, n * in + 1) + 1;
+	float *d_w = dev_floats(w, out * in);
+	float *d_b = dev_floats(b, out);
+	float *d_out = (float *)dev_alloc((n * out + 1) * sizeof(float)) + 1;
+
+	check_init(&c, "matmul_forward_unaligned");
+	flow_cpu_matmul_forward(ref, inp, w, b, n, in, out);
+	CU(flow_cuda_matmul_forward(d_out, d_inp, d_w, d_b, n, in, out,
+				    &g_diag, g_stream));
+	check_floats(&c, "out", ref, d_out, n * out, 1e-4, 1e-4);
+	report(&c, us);
+	free_all();
+}
+
 static void test_matmul_backward(bool bf16)
 {
 	size_t n, in, out;
@@ -1074,6 +1104,7 @@ int main(void)
 
 	test_matmul(true, false);
 	test_matmul(false, false);
+	test_matmul_unaligned();
 	test_matmul_backward(false);
 	test_matmul(true, true);
 	test_matmul_backward(true);

@@ -386,6 +386,103 @@ static void test_boxing_exec_run_refuses_overlapping_pieces(void **state)
 	flow_boxing_comms_free(comms);
 }
 
+/* ---- device memory: moves, then a wait, then the collective --------------- */
+
+/* A kernel set that logs, in order, each box move ('m') and each wait for
+ * the kernels ('w'), and fails its wait when told, as a GPU's set reports
+ * a failed kernel. */
+static char spy_log[64];
+static size_t spy_n;
+static bool spy_fail;
+
+static void spy_move(flow_dtype_t dtype, const void *src,
+		     const flow_box_t *src_box, void *dst,
+		     const flow_box_t *dst_box, const flow_box_t *region,
+		     bool add)
+{
+	if (spy_n + 1 < sizeof spy_log)
+		spy_log[spy_n++] = 'm';
+	flow_boxing_move_region(dtype, src, src_box, dst, dst_box, region, add);
+}
+
+static flow_err_t spy_last(flow_diag_t *diag)
+{
+	if (spy_n + 1 < sizeof spy_log)
+		spy_log[spy_n++] = 'w';
+	return spy_fail ? flow_diag_set(diag, FLOW_ERR_DEVICE,
+					"a kernel failed") :
+			  FLOW_OK;
+}
+
+/* Run plan on the staged storage with the spying set: its log, and the
+ * run's error. */
+static flow_err_t spy_run(const flow_boxing_plan_t *plan, bool fail,
+			  flow_diag_t *diag)
+{
+	flow_kernels_t spy = flow_cpu_kernels;
+	flow_boxing_comms_t *comms = NULL;
+	float src[60] = { 0 }, dst[60];
+	spy.box_move = spy_move;
+	spy.last = spy_last;
+	memset(spy_log, 0, sizeof spy_log);
+	spy_n = 0;
+	spy_fail = fail;
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &plan->src_mesh,
+					       &spy, &flow_exec_storage_staged,
+					       &comms, diag),
+			 FLOW_OK);
+	flow_err_t err = flow_boxing_run(plan, comms, src, dst, diag);
+	flow_boxing_comms_free(comms);
+	return err;
+}
+
+/* A collective runs on a stream of its own on a GPU: the kernels that
+ * wrote its input (the slice before it) are waited for first; a step
+ * without a collective waits for nothing. */
+static void test_boxing_exec_waits_for_the_kernels_before_each_collective(void **state)
+{
+	static const int64_t dims[] = { 3, 4, 5 };
+	flow_shape_t shape = shape_of(3, dims);
+	flow_mesh_t mesh = mesh_of("1");
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	const flow_boxing_step_t steps[] = {
+		step_of(FLOW_BOXING_SLICE, &mesh, 1u, B, S(1)),
+		step_of(FLOW_BOXING_ALL_GATHER, &mesh, 1u, S(1), B),
+		step_of(FLOW_BOXING_ALL_REDUCE, &mesh, 1u, P, B),
+	};
+	(void)state;
+	flow_boxing_plan_t plan = plan_of_steps(&shape, FLOW_DTYPE_F32, &mesh,
+						steps, 1);
+	assert_int_equal(spy_run(&plan, false, &diag), FLOW_OK);
+	assert_string_equal(spy_log, "m");
+	plan = plan_of_steps(&shape, FLOW_DTYPE_F32, &mesh, steps, 2);
+	assert_int_equal(spy_run(&plan, false, &diag), FLOW_OK);
+	assert_string_equal(spy_log, "mw");
+	plan = plan_of_steps(&shape, FLOW_DTYPE_F32, &mesh, &steps[2], 1);
+	assert_int_equal(spy_run(&plan, false, &diag), FLOW_OK);
+	assert_string_equal(spy_log, "w");
+}
+
+/* A failed kernel, reported by the wait, stops the plan before its
+ * collective, with the kernel's line. */
+static void test_boxing_exec_a_failed_kernel_stops_the_plan(void **state)
+{
+	static const int64_t dims[] = { 3, 4, 5 };
+	flow_shape_t shape = shape_of(3, dims);
+	flow_mesh_t mesh = mesh_of("1");
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	const flow_boxing_step_t steps[] = {
+		step_of(FLOW_BOXING_ALL_REDUCE, &mesh, 1u, P, B),
+		step_of(FLOW_BOXING_SLICE, &mesh, 1u, B, S(1)),
+	};
+	(void)state;
+	flow_boxing_plan_t plan = plan_of_steps(&shape, FLOW_DTYPE_F32, &mesh,
+						steps, 2);
+	assert_int_equal(spy_run(&plan, true, &diag), FLOW_ERR_DEVICE);
+	assert_string_equal(diag.msg, "a kernel failed");
+	assert_string_equal(spy_log, "w"); /* the slice never ran */
+}
+
 /* ---- plans run as the reference executor runs them ------------------------ */
 
 static const flow_dtype_t dtypes[] = { FLOW_DTYPE_F32, FLOW_DTYPE_I32 };
@@ -502,6 +599,8 @@ int main(void)
 		cmocka_unit_test(test_boxing_exec_comms_new_refuses_an_invalid_mesh),
 		cmocka_unit_test(test_boxing_exec_comms_new_refuses_memory_the_communicator_cannot_move),
 		cmocka_unit_test(test_boxing_exec_comms_new_refuses_host_memory_over_nccl),
+		cmocka_unit_test(test_boxing_exec_waits_for_the_kernels_before_each_collective),
+		cmocka_unit_test(test_boxing_exec_a_failed_kernel_stops_the_plan),
 		cmocka_unit_test(test_boxing_exec_comms_axes_gives_one_communicator_per_group),
 		cmocka_unit_test(test_boxing_exec_run_refuses_a_plan_of_another_mesh),
 		cmocka_unit_test(test_boxing_exec_run_refuses_bad_steps),
