@@ -32,7 +32,8 @@ typedef struct flow_boxing_comms flow_boxing_comms_t;
  * The pieces live in storage's memory, which the executor's scratch comes
  * from, and kernels (a set of that memory's device) packs, unpacks and
  * slices them with box_move and waits for them with last before each
- * collective; NULL for both: host memory and the CPU set.  world must
+ * collective; NULL for both: host memory and the CPU set (one NULL
+ * without the other: FLOW_ERR_USAGE).  world must
  * move that memory (a CPU communicator host memory, the staged storage's
  * included; an NCCL one a GPU's), else FLOW_ERR_NOTSUP.  Not collective
  * (the groups are split on first use).  Free with

@@ -220,8 +220,9 @@ typedef void flow_cross_entropy_forward_backward_fn(float *losses,
  *                 rank's columns, 0 on padding.  A row whose target is
  *                 negative gets loss 0 and gradient 0.
  *
- * Every step is exact or rounds once from double, so the split gives a
- * whole row's arithmetic whatever the group. */
+ * Every step is exact or rounds once from double: on the host sets the
+ * split gives a whole row's results to that rounding whatever the group
+ * (a GPU's sums run in another order, within tolerance). */
 typedef struct flow_logits_shard {
 	size_t n;     /* rows */
 	size_t cols;  /* columns held per row (Vl) */

@@ -139,7 +139,12 @@ flow_err_t flow_boxing_comms_new(flow_comm_t *world, const flow_mesh_t *mesh,
 	flow_boxing_comms_t *c = NULL;
 	int64_t *crank = NULL;
 	flow_err_t err = flow_mesh_check(mesh, diag);
-	if (!kernels || !storage) {
+	if (!kernels != !storage) {
+		err = flow_diag_set(diag, FLOW_ERR_USAGE,
+				    "boxing: a storage without its kernel set, or the other way round");
+		goto out;
+	}
+	if (!kernels) {
 		kernels = &flow_cpu_kernels;
 		storage = &flow_exec_storage_host;
 	}

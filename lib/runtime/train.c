@@ -210,6 +210,12 @@ static flow_err_t trainer_build_local(flow_trainer_t *t, flow_diag_t *diag)
 	err = flow_exec_new(&t->graph, trainer_kernel_set(t), &t->exec, diag);
 	if (err == FLOW_OK && c->world)
 		err = trainer_boxing_comms(t, diag);
+	/* The losses are host values: summed over a CPU group, whatever
+	 * the boxing moves on. */
+	if (err == FLOW_OK && c->world && t->local.loss_partial_axes)
+		err = flow_comm_mesh_axes(c->world, &c->plan->mesh,
+					  t->local.loss_partial_axes,
+					  &t->loss_group, diag);
 	if (err == FLOW_OK)
 		flow_exec_set_dist(t->exec, t->local.boxings,
 				   t->local.nboxings, t->comms);
@@ -391,6 +397,7 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_graph_release(&t->graph);
 	flow_comm_free(t->dp_nccl);
 	flow_comm_free(t->world_nccl);
+	flow_comm_free(t->loss_group);
 	flow_comm_free(t->dp_owned);
 	free(t->resumed_path);
 	free(t->init_path);
@@ -551,15 +558,7 @@ out:
 static flow_err_t loss_over_ranks(flow_trainer_t *t, double *value,
 				  flow_diag_t *diag)
 {
-	flow_err_t err = FLOW_OK;
-	if (t->localized && t->local.loss_partial_axes) {
-		flow_comm_t *partial;
-		err = flow_boxing_comms_axes(t->comms,
-					     t->local.loss_partial_axes,
-					     &partial, diag);
-		if (err == FLOW_OK)
-			err = sum_over(partial, value, diag);
-	}
+	flow_err_t err = sum_over(t->loss_group, value, diag);
 	if (err == FLOW_OK)
 		err = sum_over(t->dp, value, diag);
 	*value /= (double)t->dp_size;

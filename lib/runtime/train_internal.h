@@ -30,6 +30,9 @@ struct flow_trainer {
 					 * this rank alone): cfg.world, or
 					 * dp_owned under a plan */
 	flow_comm_t *dp_owned;          /* the plan's dp group, made here */
+	flow_comm_t *loss_group;        /* the CPU group over the axes where
+					 * a localized plan's losses are
+					 * partial (host values) */
 	flow_comm_t *dp_data;           /* what gradients and parameters move
 					 * on: dp, or dp's NCCL twin */
 	flow_comm_t *world_nccl;        /* --device cuda without --comm cpu:

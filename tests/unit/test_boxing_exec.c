@@ -235,6 +235,26 @@ static void test_boxing_exec_comms_new_refuses_memory_the_communicator_cannot_mo
 	assert_ptr_equal(comms, (flow_boxing_comms_t *)&comms);
 }
 
+/* The storage and the kernel set of its device come together. */
+static void test_boxing_exec_comms_new_refuses_a_storage_without_kernels(void **state)
+{
+	flow_mesh_t mesh = mesh_of("1");
+	flow_boxing_comms_t *comms = (flow_boxing_comms_t *)&comms;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	(void)state;
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &mesh, NULL,
+					       &flow_exec_storage_staged,
+					       &comms, &diag),
+			 FLOW_ERR_USAGE);
+	assert_string_equal(diag.msg,
+			    "boxing: a storage without its kernel set, or the other way round");
+	assert_int_equal(flow_boxing_comms_new(worldutil_comm, &mesh,
+					       &flow_cpu_kernels, NULL, &comms,
+					       &diag),
+			 FLOW_ERR_USAGE);
+	assert_ptr_equal(comms, (flow_boxing_comms_t *)&comms);
+}
+
 /* An NCCL communicator moves a GPU's memory, not the host's. */
 static void test_boxing_exec_comms_new_refuses_host_memory_over_nccl(void **state)
 {
@@ -598,6 +618,7 @@ int main(void)
 		cmocka_unit_test(test_boxing_exec_comms_new_refuses_a_mesh_of_other_ranks),
 		cmocka_unit_test(test_boxing_exec_comms_new_refuses_an_invalid_mesh),
 		cmocka_unit_test(test_boxing_exec_comms_new_refuses_memory_the_communicator_cannot_move),
+		cmocka_unit_test(test_boxing_exec_comms_new_refuses_a_storage_without_kernels),
 		cmocka_unit_test(test_boxing_exec_comms_new_refuses_host_memory_over_nccl),
 		cmocka_unit_test(test_boxing_exec_waits_for_the_kernels_before_each_collective),
 		cmocka_unit_test(test_boxing_exec_a_failed_kernel_stops_the_plan),

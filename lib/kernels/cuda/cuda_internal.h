@@ -86,11 +86,17 @@ FLOW_CUDA_HIDDEN flow_err_t flow_cuda__cublas(cublasHandle_t *handle_out,
 /* The calling thread's cuBLASLt handle for its current device and the
  * workspace its matmuls may use (FLOW_CUDA_LT_WORKSPACE bytes of device
  * memory), both created on first use and released with the cuBLAS
- * handles (flow_cuda_release_thread). */
+ * handles (flow_cuda_release_thread), for a matmul on stream.  One
+ * workspace serves all the thread's streams: when the last matmul that
+ * used it ran on another stream, stream first waits for it.  Call
+ * flow_cuda__cublaslt_used(stream) after enqueueing the matmul. */
 #define FLOW_CUDA_LT_WORKSPACE ((size_t)32 << 20)
 FLOW_CUDA_HIDDEN flow_err_t flow_cuda__cublaslt(cublasLtHandle_t *handle_out,
 						void **workspace_out,
+						cudaStream_t stream,
 						flow_diag_t *diag);
+FLOW_CUDA_HIDDEN flow_err_t flow_cuda__cublaslt_used(cudaStream_t stream,
+						     flow_diag_t *diag);
 
 /* cudaEventRecord as a flow_err_t. */
 FLOW_CUDA_HIDDEN flow_err_t flow_cuda__event_record(cudaEvent_t event,

@@ -92,7 +92,12 @@ static flow_err_t gemm_bias_lt(cudaDataType_t type, cublasOperation_t opa,
 	const float one = 1.0f, zero = 0.0f;
 
 	*done = false;
-	FLOW_TRY(flow_cuda__cublaslt(&lt, &ws, diag), out);
+	/* Nor may it be told the bias's alignment, and its epilogues load
+	 * the bias 16 bytes at a time: a bias off that (a slice of a
+	 * larger vector) takes the two-pass way. */
+	if ((uintptr_t)bias % 16 != 0)
+		return FLOW_OK;
+	FLOW_TRY(flow_cuda__cublaslt(&lt, &ws, stream, diag), out);
 	FLOW_CUBLAS_TRY(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F,
 						 CUDA_R_32F),
 			out);
@@ -135,6 +140,7 @@ static flow_err_t gemm_bias_lt(cudaDataType_t type, cublasOperation_t opa,
 	FLOW_CUBLAS_TRY(cublasLtMatmul(lt, op, &one, a, la, b, lb, &zero, d, ld,
 				       d, ld, &found.algo, ws, ws_bytes, stream),
 			out);
+	FLOW_TRY(flow_cuda__cublaslt_used(stream, diag), out);
 	*done = true;
 out:
 	if (pref)

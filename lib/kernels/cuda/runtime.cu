@@ -15,6 +15,9 @@
 static thread_local cublasHandle_t tls_cublas[FLOW_CUDA_MAX_DEVICES];
 static thread_local cublasLtHandle_t tls_cublaslt[FLOW_CUDA_MAX_DEVICES];
 static thread_local void *tls_lt_workspace[FLOW_CUDA_MAX_DEVICES];
+/* The stream of the workspace's last matmul, and an event after it. */
+static thread_local cudaStream_t tls_lt_stream[FLOW_CUDA_MAX_DEVICES];
+static thread_local cudaEvent_t tls_lt_done[FLOW_CUDA_MAX_DEVICES];
 
 /* "matmul.cu" from "/path/lib/kernels/cuda/matmul.cu". */
 static const char *base_name(const char *path)
@@ -69,7 +72,8 @@ out:
 }
 
 flow_err_t flow_cuda__cublaslt(cublasLtHandle_t *handle_out,
-			       void **workspace_out, flow_diag_t *diag)
+			       void **workspace_out, cudaStream_t stream,
+			       flow_diag_t *diag)
 {
 	flow_err_t err = FLOW_OK;
 	int dev = 0;
@@ -77,12 +81,31 @@ flow_err_t flow_cuda__cublaslt(cublasLtHandle_t *handle_out,
 	FLOW_TRY(current_device(&dev, diag), out);
 	if (!tls_cublaslt[dev])
 		FLOW_CUBLAS_TRY(cublasLtCreate(&tls_cublaslt[dev]), out);
+	if (!tls_lt_done[dev])
+		FLOW_CUDA_TRY(cudaEventCreateWithFlags(&tls_lt_done[dev],
+						       cudaEventDisableTiming),
+			      out);
 	if (!tls_lt_workspace[dev])
 		FLOW_CUDA_TRY(cudaMalloc(&tls_lt_workspace[dev],
 					 FLOW_CUDA_LT_WORKSPACE),
 			      out);
+	else if (tls_lt_stream[dev] != stream)
+		FLOW_CUDA_TRY(cudaStreamWaitEvent(stream, tls_lt_done[dev], 0),
+			      out);
 	*handle_out = tls_cublaslt[dev];
 	*workspace_out = tls_lt_workspace[dev];
+out:
+	return err;
+}
+
+flow_err_t flow_cuda__cublaslt_used(cudaStream_t stream, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	int dev = 0;
+
+	FLOW_TRY(current_device(&dev, diag), out);
+	tls_lt_stream[dev] = stream;
+	FLOW_CUDA_TRY(cudaEventRecord(tls_lt_done[dev], stream), out);
 out:
 	return err;
 }
@@ -118,21 +141,26 @@ void flow_cuda_release_thread(void)
 	bool have_saved = cudaGetDevice(&saved) == cudaSuccess;
 	for (int dev = 0; dev < FLOW_CUDA_MAX_DEVICES; dev++) {
 		if (!tls_cublas[dev] && !tls_cublaslt[dev] &&
-		    !tls_lt_workspace[dev])
+		    !tls_lt_workspace[dev] && !tls_lt_done[dev])
 			continue;
 		/* cublasDestroy synchronises with the handle's device; the
-		 * workspace is freed after, when no matmul can still use it. */
+		 * workspace is freed once its last matmul is done. */
 		if (cudaSetDevice(dev) == cudaSuccess) {
 			if (tls_cublas[dev])
 				(void)cublasDestroy(tls_cublas[dev]);
 			if (tls_cublaslt[dev])
 				(void)cublasLtDestroy(tls_cublaslt[dev]);
-			(void)cudaDeviceSynchronize();
+			if (tls_lt_done[dev]) {
+				(void)cudaEventSynchronize(tls_lt_done[dev]);
+				(void)cudaEventDestroy(tls_lt_done[dev]);
+			}
 			(void)cudaFree(tls_lt_workspace[dev]);
 		}
 		tls_cublas[dev] = NULL;
 		tls_cublaslt[dev] = NULL;
 		tls_lt_workspace[dev] = NULL;
+		tls_lt_stream[dev] = NULL;
+		tls_lt_done[dev] = NULL;
 	}
 	if (have_saved)
 		(void)cudaSetDevice(saved);
