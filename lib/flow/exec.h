@@ -120,8 +120,9 @@ FLOW_EXPORT const flow_memplan_t *flow_exec_memplan(const flow_exec_t *exec);
 FLOW_EXPORT flow_err_t flow_exec_sync(flow_exec_t *exec,
 				      flow_diag_t *diag) FLOW_MUST_CHECK;
 /* How many op pairs run as one kernel: a residual add and the layernorm
- * of its output, forward or backward (flow/kernels.h,
- * residual_layernorm_forward and layernorm_residual_backward). */
+ * of its output, forward or backward, and a matmul and the GELU of its
+ * output (flow/kernels.h, residual_layernorm_forward,
+ * layernorm_residual_backward and matmul_gelu_forward). */
 FLOW_EXPORT size_t flow_exec_fused_pairs(const flow_exec_t *exec);
 /* Bytes of kernel scratch the executor holds (attention's backward pass,
  * the bf16 GEMMs' rounded operands): the largest any op needs. */

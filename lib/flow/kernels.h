@@ -134,6 +134,18 @@ typedef void flow_gelu_forward_fn(float *out, const float *inp, size_t n);
 typedef void flow_gelu_backward_fn(float *dinp, const float *inp,
 				   const float *dout, size_t n);
 
+/* ---- matmul with the GELU of its output ---------------------------------- */
+/* pre = inp . weight^T + bias, as matmul_forward (bf16: matmul_bf16_forward
+ * with its scratch) computes it, and out = gelu(pre): the two kernels in
+ * turn, in one pass where the set can (a GPU's GEMM epilogue writes both,
+ * the same arithmetic to rounding).  The host sets call the two: the same
+ * bits.  bias may be NULL. */
+typedef void flow_matmul_gelu_forward_fn(float *pre, float *out,
+					 void *scratch, bool bf16,
+					 const float *inp, const float *weight,
+					 const float *bias, size_t n,
+					 size_t in_dim, size_t out_dim);
+
 /* ---- causal multi-head self-attention ----------------------------------- */
 /* qkv is (B,T,3C): q, k, v concatenated on the last dimension, each split
  * into NH heads of C/NH channels.  out is (B,T,C).  att is (B,NH,T,T) and
@@ -343,6 +355,7 @@ typedef struct flow_kernels {
 	flow_layernorm_backward_fn *layernorm_backward;
 	flow_gelu_forward_fn *gelu_forward;
 	flow_gelu_backward_fn *gelu_backward;
+	flow_matmul_gelu_forward_fn *matmul_gelu_forward;
 	flow_attention_forward_fn *attention_forward;
 	flow_attention_scratch_bound_fn *attention_scratch_bound;
 	flow_attention_backward_fn *attention_backward;
@@ -387,6 +400,7 @@ FLOW_EXPORT flow_layernorm_forward_fn flow_cpu_layernorm_forward;
 FLOW_EXPORT flow_layernorm_backward_fn flow_cpu_layernorm_backward;
 FLOW_EXPORT flow_gelu_forward_fn flow_cpu_gelu_forward;
 FLOW_EXPORT flow_gelu_backward_fn flow_cpu_gelu_backward;
+FLOW_EXPORT flow_matmul_gelu_forward_fn flow_cpu_matmul_gelu_forward;
 FLOW_EXPORT flow_attention_forward_fn flow_cpu_attention_forward;
 /* The gradient of att: B*NH*T*T floats. */
 FLOW_EXPORT flow_attention_scratch_bound_fn flow_cpu_attention_scratch_bound;

@@ -205,6 +205,14 @@ FLOW_EXPORT flow_err_t flow_cuda_layernorm_backward(float *dinp,
 						    cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* ---- GELU, tanh approximation -------------------------------------------- */
+/* matmul_forward (bf16: matmul_bf16_forward, scratch its) into pre and
+ * the GELU of it into out, in one cuBLASLt GEMM with the GELU_AUX(_BIAS)
+ * epilogue where it has an algorithm (flow/kernels.h,
+ * matmul_gelu_forward), else the matmul and gelu kernels. */
+FLOW_EXPORT flow_err_t flow_cuda_matmul_gelu_forward(
+	float *pre, float *out, void *scratch, bool bf16, const float *inp,
+	const float *weight, const float *bias, size_t n, size_t in_dim,
+	size_t out_dim, flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
 FLOW_EXPORT flow_err_t flow_cuda_gelu_forward(float *out, const float *inp,
 					      size_t n, flow_diag_t *diag,
 					      cudaStream_t stream) FLOW_MUST_CHECK;

@@ -49,6 +49,7 @@ FLOW_EXPORT flow_layernorm_backward_fn flow_ref_layernorm_backward;
 /* gelu(x) = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))). */
 FLOW_EXPORT flow_gelu_forward_fn flow_ref_gelu_forward;
 FLOW_EXPORT flow_gelu_backward_fn flow_ref_gelu_backward;
+FLOW_EXPORT flow_matmul_gelu_forward_fn flow_ref_matmul_gelu_forward;
 
 /* One (b, h, t) row at a time. */
 FLOW_EXPORT flow_attention_forward_fn flow_ref_attention_forward;

@@ -34,12 +34,13 @@ flow_err_t flow_graph_reserve(flow_graph_t *g, size_t more_tensors,
  * first[t], last[t] for t < g->ntensors. */
 void flow_graph_live_ranges(const flow_graph_t *g, int *first, int *last);
 
-/* Are ops i and i + 1 a residual add and the layernorm of its output,
- * forward (ADD, then the LAYERNORM of its output) or backward
- * (LAYERNORM_BACKWARD, then the ADD_BACKWARD of the gradient it adds
- * into), which the executor runs as one kernel (flow/kernels.h,
- * residual_layernorm_forward and layernorm_residual_backward)?  The live
- * ranges, and so the memory plan, treat such a pair as one op. */
+/* Are ops i and i + 1 a pair the executor runs as one kernel: a residual
+ * add and the layernorm of its output, forward (ADD, then the LAYERNORM
+ * of its output) or backward (LAYERNORM_BACKWARD, then the ADD_BACKWARD
+ * of the gradient it adds into), or a matmul and the GELU of its output
+ * (flow/kernels.h, residual_layernorm_forward, layernorm_residual_backward
+ * and matmul_gelu_forward)?  The live ranges, and so the memory plan,
+ * treat such a pair as one op. */
 bool flow_graph_fused_with_next(const flow_graph_t *g, size_t i);
 
 /* Whether flow_graph_backward(_from) has run: backward ops exist or some

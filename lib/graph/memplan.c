@@ -32,7 +32,8 @@ bool flow_graph_fused_with_next(const flow_graph_t *g, size_t i)
 	if (p->attrs.split_axes || q->attrs.split_axes)
 		return false;
 	if (i + 1 < g->nforward)
-		return p->kind == FLOW_OP_ADD && q->kind == FLOW_OP_LAYERNORM &&
+		return ((p->kind == FLOW_OP_ADD && q->kind == FLOW_OP_LAYERNORM) ||
+			(p->kind == FLOW_OP_MATMUL && q->kind == FLOW_OP_GELU)) &&
 		       q->in[0] == p->out[0];
 	return i >= g->nforward && p->kind == FLOW_OP_LAYERNORM_BACKWARD &&
 	       q->kind == FLOW_OP_ADD_BACKWARD && p->out[0] >= 0 &&

@@ -26,7 +26,8 @@ void flow_host_matmul_bf16_backward(flow_matmul_backward_fn *fp32,
 
 /* The three bf16 members of the host set whose functions are named
  * PREFIX_* (flow_cpu, flow_ref), over its own PREFIX_matmul_forward and
- * PREFIX_matmul_backward; their declarations are the set's header's. */
+ * PREFIX_matmul_backward, and its matmul_gelu_forward over those and its
+ * PREFIX_gelu_forward; their declarations are the set's header's. */
 #define FLOW_HOST_BF16_MATMULS(prefix)                                      \
 	size_t prefix##_matmul_bf16_scratch_bound(size_t n, size_t in_dim,  \
 						  size_t out_dim)           \
@@ -51,6 +52,22 @@ void flow_host_matmul_bf16_backward(flow_matmul_backward_fn *fp32,
 		flow_host_matmul_bf16_backward(                             \
 			prefix##_matmul_backward, dinp, dweight, dbias,     \
 			scratch, dout, inp, weight, n, in_dim, out_dim);    \
+	}                                                                   \
+	/* The matmul, then the GELU of its output: the same bits as the    \
+	 * two kernels, which is all a host set can fuse. */                \
+	void prefix##_matmul_gelu_forward(                                  \
+		float *pre, float *out, void *scratch, bool bf16,           \
+		const float *inp, const float *weight, const float *bias,   \
+		size_t n, size_t in_dim, size_t out_dim)                    \
+	{                                                                   \
+		if (bf16)                                                   \
+			prefix##_matmul_bf16_forward(pre, scratch, inp,     \
+						     weight, bias, n,       \
+						     in_dim, out_dim);      \
+		else                                                        \
+			prefix##_matmul_forward(pre, inp, weight, bias, n,  \
+						in_dim, out_dim);           \
+		prefix##_gelu_forward(out, pre, n * out_dim);               \
 	}
 
 #endif

@@ -692,12 +692,18 @@ static double now_seconds(void)
 }
 
 /* Ops o and next, which flow_graph_fused_with_next pairs, as one kernel:
- * the same bits as the two, one pass over the residual stream (or its
- * gradient) fewer.  The memory plan counted the pair as one op, so the
- * kernel may write next's outputs while it still reads o's tensors. */
+ * the two's arithmetic (on the host sets their bits), one pass over the
+ * residual stream (or its gradient, or the MLP's activations) fewer.  The
+ * memory plan counted the pair as one op, so the kernel may write next's
+ * outputs while it still reads o's tensors. */
 static void exec_fused(flow_exec_t *x, const exec_op_t *o, const exec_op_t *next)
 {
-	if (o->kind == FLOW_OP_ADD) /* next: the layernorm of its output */
+	if (o->kind == FLOW_OP_MATMUL) /* next: the GELU of its output */
+		x->kernels->matmul_gelu_forward(
+			o->out[0], next->out[0], x->scratch, x->bf16_gemms,
+			o->in[0], o->in[1], o->in[2], o->dim[DIM_N],
+			o->dim[DIM_IN], o->dim[DIM_OUT]);
+	else if (o->kind == FLOW_OP_ADD) /* next: the layernorm of its output */
 		x->kernels->residual_layernorm_forward(
 			next->in[0], next->out[0], next->out[1], next->out[2],
 			o->in[0], o->in[1], next->in[1], next->in[2],
@@ -714,8 +720,8 @@ static void exec_fused(flow_exec_t *x, const exec_op_t *o, const exec_op_t *next
  * collective of a localized graph, a device error) stops the pass and
  * every later one: a half-run pass leaves tensors no later pass could
  * trust.  A fused pair runs as one kernel unless end cuts it; in the
- * profile it counts as its two ops, its time under its layernorm's
- * kind. */
+ * profile it counts as its two ops, its time under its layernorm's kind
+ * or its matmul's. */
 static void exec_run(flow_exec_t *x, size_t begin, size_t end)
 {
 	for (size_t i = begin; i < end && x->err == FLOW_OK; i++) {

@@ -497,8 +497,9 @@ void flow_trainer_describe(const flow_trainer_t *t, FILE *out)
 		mib(mp->arena_bytes),
 		mib(mp->unshared_bytes), mib(flow_exec_scratch_bytes(t->exec)));
 	trainer_describe_device(t, out);
-	fprintf(out, "# kernels %s, precision %s, %zu residual add and "
-		     "layernorm pairs fused; model %.3g GFLOP per step",
+	fprintf(out, "# kernels %s, precision %s, %zu op pairs fused "
+		     "(residual add and layernorm, matmul and GELU); model "
+		     "%.3g GFLOP per step",
 		flow_exec_kernels(t->exec)->name,
 		flow_precision_name(c->precision),
 		flow_exec_fused_pairs(t->exec), t->flops_per_step / 1e9);

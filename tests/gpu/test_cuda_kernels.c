@@ -38,6 +38,10 @@
  *   (dinp: 50304 of them): atol 1e-3, rtol 1e-3 (dbias, an fp32 column
  *   sum as above: 1e-4); an operand left unrounded moves a sum by about
  *   sqrt(K) * 2^-9 of its terms, over 1e-2.
+ * - matmul with its GELU (cuBLASLt's GELU_AUX_BIAS epilogue, GPT-2's fc
+ *   shape, weights U(-0.1,0.1)): pre as matmul (bf16: 1e-3); out that
+ *   plus the GELUs' difference, gelu' <= 1.13: atol 2e-4 (bf16 2e-3),
+ *   rtol 1e-4 (1e-3).
  * - layernorm: double statistics on both sides, float element-wise steps
  *   in the same order: atol 1e-5, rtol 1e-5 (out, mean, rstd, dinp); fused
  *   with the residual add, the same, and res (one float addition) exact;
@@ -381,6 +385,47 @@ static void test_matmul_unaligned(void)
 	CU(flow_cuda_matmul_forward(d_out, d_inp, d_w, d_b, n, in, out,
 				    &g_diag, g_stream));
 	check_floats(&c, "out", ref, d_out, n * out, 1e-4, 1e-4);
+	report(&c, us);
+	free_all();
+}
+
+/* The MLP's fc matmul and its GELU as one kernel (the GELU_AUX_BIAS
+ * epilogue), fp32 and bf16, at GPT-2's fc shape, against the CPU's two
+ * kernels: pre as the matmul's tolerance, out that plus cuBLASLt's GELU
+ * against the CPU's tanhf (gelu' <= 1.13): atol 2e-4 (bf16 2e-3). */
+static void test_matmul_gelu(bool bf16)
+{
+	const size_t n = TN, in = TC, out = 4 * TC;
+	const double tol = bf16 ? 1e-3 : 1e-4;
+	check_t c;
+	double us = 0.0;
+	float *inp = host_rand(n * in, -1.0f, 1.0f);
+	float *w = host_rand(out * in, -0.1f, 0.1f);
+	float *b = host_rand(out, -1.0f, 1.0f);
+	float *pre = host_alloc(n * out * sizeof(float));
+	float *act = host_alloc(n * out * sizeof(float));
+	float *d_inp = dev_floats(inp, n * in);
+	float *d_w = dev_floats(w, out * in);
+	float *d_b = dev_floats(b, out);
+	float *d_pre = dev_alloc(n * out * sizeof(float));
+	float *d_act = dev_alloc(n * out * sizeof(float));
+	void *scratch = NULL, *d_scratch = NULL;
+
+	check_init(&c, bf16 ? "matmul_bf16_gelu_forward" : "matmul_gelu_forward");
+	if (bf16) {
+		scratch = host_alloc(flow_cpu_matmul_bf16_scratch_bound(n, in, out));
+		d_scratch = dev_alloc(flow_cuda_matmul_bf16_scratch_bound(n, in, out));
+	}
+	flow_cpu_matmul_gelu_forward(pre, act, scratch, bf16, inp, w, b, n, in,
+				     out);
+	CU(flow_cuda_matmul_gelu_forward(d_pre, d_act, d_scratch, bf16, d_inp,
+					 d_w, d_b, n, in, out, &g_diag,
+					 g_stream));
+	check_floats(&c, "pre", pre, d_pre, n * out, tol, tol);
+	check_floats(&c, "out", act, d_act, n * out, 2 * tol, tol);
+	TIME_US(us, flow_cuda_matmul_gelu_forward(d_pre, d_act, d_scratch,
+						  bf16, d_inp, d_w, d_b, n, in,
+						  out, &g_diag, g_stream));
 	report(&c, us);
 	free_all();
 }
@@ -1108,6 +1153,8 @@ int main(void)
 	test_matmul_backward(false);
 	test_matmul(true, true);
 	test_matmul_backward(true);
+	test_matmul_gelu(false);
+	test_matmul_gelu(true);
 	test_embedding(0, TVOCAB);
 	test_embedding(300, 400);
 	test_layernorm();

@@ -128,6 +128,7 @@ static void test_exec_kernel_tables_are_filled(void **state)
 	ASSERT_MEMBER(layernorm_backward);
 	ASSERT_MEMBER(gelu_forward);
 	ASSERT_MEMBER(gelu_backward);
+	ASSERT_MEMBER(matmul_gelu_forward);
 	ASSERT_MEMBER(attention_forward);
 	ASSERT_MEMBER(attention_scratch_bound);
 	ASSERT_MEMBER(attention_backward);
@@ -168,8 +169,9 @@ static void test_exec_kernel_tables_are_filled(void **state)
 }
 
 /* x -> matmul (fc) -> gelu (act), differentiated from act's output: the
- * executor of each set computes exactly what that set's kernels give when
- * called in turn by hand, bit for bit; act's output, into y_out. */
+ * executor of each set, which runs fc and act as one kernel
+ * (matmul_gelu_forward), computes exactly what that set's kernels give
+ * when called in turn by hand, bit for bit; act's output, into y_out. */
 enum { DN = 6, DIN = 16, DOUT = 24 };
 
 static void exec_by_hand(flow_kernel_set_t set, const flow_kernels_t *k,
@@ -212,6 +214,7 @@ static void exec_by_hand(flow_kernel_set_t set, const flow_kernels_t *k,
 			    sizeof(dw));
 	assert_memory_equal(flow_exec_tensor(e, g.tensors[b].grad), db,
 			    sizeof(db));
+	assert_int_equal(flow_exec_fused_pairs(e), 1);
 	flow_exec_free(e);
 	flow_graph_release(&g);
 }
@@ -404,11 +407,12 @@ static void test_exec_fuses_residual_and_layernorm(void **state)
 						    &flow_ref_kernels, true),
 			 2);
 	/* GPT-2: every residual add feeds a layernorm (ln_2, the next
-	 * block's ln_1, ln_f): two pairs a block, forward and backward. */
+	 * block's ln_1, ln_f): two pairs a block, forward and backward;
+	 * and the MLP's fc matmul feeds its GELU. */
 	flow_graph_t g;
 	graphutil_gpt_build(&g, &gpt_one_block, true);
 	flow_exec_t *x = exec_new(&g, FLOW_KERNELS_CPU);
-	assert_int_equal(flow_exec_fused_pairs(x), 4);
+	assert_int_equal(flow_exec_fused_pairs(x), 5);
 	flow_exec_free(x);
 	flow_graph_release(&g);
 }

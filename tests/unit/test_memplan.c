@@ -358,7 +358,7 @@ static void test_memplan_places_largest_first_at_lowest_offset(void **state)
 	int w = PARAM(&g, "w", 40, 10);
 	int a = OP(&g, FLOW_OP_GELU, "a", x);                 /* 80: [0,1] */
 	int b = OP(&g, FLOW_OP_MATMUL, "b", a, w);            /* 320: [1,2] */
-	int c = OP(&g, FLOW_OP_GELU, "c", b);                 /* 320: [2,2] */
+	int c = OP(&g, FLOW_OP_ADD, "c", b, b);               /* 320: [2,2] */
 	plan_build(&g, &plan);
 	/* b first (larger, lower index than c) at 0; c overlaps b -> 320;
 	 * a overlaps b only -> 320. */

@@ -18,6 +18,7 @@ const flow_kernels_t flow_cpu_kernels = {
 	.layernorm_backward = flow_cpu_layernorm_backward,
 	.gelu_forward = flow_cpu_gelu_forward,
 	.gelu_backward = flow_cpu_gelu_backward,
+	.matmul_gelu_forward = flow_cpu_matmul_gelu_forward,
 	.attention_forward = flow_cpu_attention_forward,
 	.attention_scratch_bound = flow_cpu_attention_scratch_bound,
 	.attention_backward = flow_cpu_attention_backward,

@@ -1,6 +1,7 @@
 /* matmul on the GPU: out[n,o] = inp[n,i] . weight[o,i]^T + bias[o] through
- * cuBLASLt with the bias added in the GEMM's epilogue (cuBLAS sgemm and a
- * bias pass where cuBLASLt has no algorithm), its backward through cuBLAS
+ * cuBLASLt with the bias (and, fused with the next op, the GELU) added in
+ * the GEMM's epilogue (cuBLAS sgemm and separate passes where cuBLASLt
+ * has no algorithm), its backward through cuBLAS
  * with beta = 1 (accumulating), and a deterministic column reduction for
  * dbias.  Mirrors cpu/matmul.c.
  *
@@ -64,19 +65,20 @@ static cublasStatus_t lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t type,
 					  t ? rows : cols, (int64_t)ld);
 }
 
-/* Column-major D (m x n, ldd) = op(A) (m x k) . op(B) (k x n) + bias[m] on
- * every column, through cuBLASLt's BIAS epilogue, which adds the bias as
- * each tile is written instead of in a second pass over D.  A and B are
- * of type (fp32 or bf16), D, the bias and the sums fp32
- * (CUBLAS_COMPUTE_32F: true fp32 for fp32 operands, no TF32).  *done is
- * false, and D untouched, when cuBLASLt has no algorithm for the shape or
- * the buffers' alignment: the caller then runs the GEMM and add_bias. */
-static flow_err_t gemm_bias_lt(cudaDataType_t type, cublasOperation_t opa,
-			       cublasOperation_t opb, size_t m, size_t n,
-			       size_t k, const void *a, size_t lda,
-			       const void *b, size_t ldb, const float *bias,
-			       float *d, size_t ldd, bool *done,
-			       flow_diag_t *diag, cudaStream_t stream)
+/* The forward GEMM, column-major: D (m x n) = A^T . B with A stored k x m
+ * and B k x n (out^T = W^T . inp^T of a row-major matmul), + bias[m] on
+ * every column when bias; with pre, that sum goes to pre (the
+ * pre-activation) and its GELU to D.  In one pass through cuBLASLt's
+ * epilogue (BIAS, GELU_AUX or GELU_AUX_BIAS), which applies them as each
+ * tile is written; A and B are of type (fp32 or bf16), D, the bias and
+ * the sums fp32 (CUBLAS_COMPUTE_32F: true fp32 for fp32 operands, no
+ * TF32).  *done is false, and nothing written, when cuBLASLt has no
+ * algorithm for the shape and the buffers' alignment, or the bias is
+ * under-aligned: the caller then runs the GEMM and the passes after it. */
+static flow_err_t gemm_lt(cudaDataType_t type, size_t m, size_t n, size_t k,
+			  const void *a, const void *b, const float *bias,
+			  float *d, float *pre, bool *done, flow_diag_t *diag,
+			  cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
 	cublasLtHandle_t lt = NULL;
@@ -85,17 +87,25 @@ static flow_err_t gemm_bias_lt(cudaDataType_t type, cublasOperation_t opa,
 	cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
 	cublasLtMatmulPreference_t pref = NULL;
 	cublasLtMatmulHeuristicResult_t found;
-	cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+	const cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
+	cublasLtEpilogue_t epilogue = !pre ? CUBLASLT_EPILOGUE_BIAS :
+				      bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS :
+					     CUBLASLT_EPILOGUE_GELU_AUX;
 	const size_t ws_bytes = FLOW_CUDA_LT_WORKSPACE;
-	const uint32_t align = common_alignment(a, b, d);
+	const int64_t aux_ld = (int64_t)m;
+	/* D and the pre-activation are laid out alike: one alignment. */
+	const uint32_t align = common_alignment(a, b, d) &
+			       common_alignment(a, b, pre ? pre : d);
 	int count = 0;
 	const float one = 1.0f, zero = 0.0f;
 
 	*done = false;
 	/* Nor may it be told the bias's alignment, and its epilogues load
 	 * the bias 16 bytes at a time: a bias off that (a slice of a
-	 * larger vector) takes the two-pass way. */
-	if ((uintptr_t)bias % 16 != 0)
+	 * larger vector) takes the two-pass way; so does a pre-activation
+	 * whose leading dimension is not a multiple of 8, as GELU_AUX
+	 * requires. */
+	if ((uintptr_t)bias % 16 != 0 || (pre && m % 8 != 0))
 		return FLOW_OK;
 	FLOW_TRY(flow_cuda__cublaslt(&lt, &ws, stream, diag), out);
 	FLOW_CUBLAS_TRY(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F,
@@ -111,13 +121,24 @@ static flow_err_t gemm_bias_lt(cudaDataType_t type, cublasOperation_t opa,
 				op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
 				sizeof epilogue),
 			out);
-	FLOW_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
-				op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-				sizeof bias),
-			out);
-	FLOW_CUBLAS_TRY(lt_layout(&la, type, opa, m, k, lda), out);
-	FLOW_CUBLAS_TRY(lt_layout(&lb, type, opb, k, n, ldb), out);
-	FLOW_CUBLAS_TRY(lt_layout(&ld, CUDA_R_32F, CUBLAS_OP_N, m, n, ldd), out);
+	if (bias)
+		FLOW_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+					op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+					&bias, sizeof bias),
+				out);
+	if (pre) {
+		FLOW_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+					op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+					&pre, sizeof pre),
+				out);
+		FLOW_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+					op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+					&aux_ld, sizeof aux_ld),
+				out);
+	}
+	FLOW_CUBLAS_TRY(lt_layout(&la, type, opa, m, k, k), out);
+	FLOW_CUBLAS_TRY(lt_layout(&lb, type, opb, k, n, k), out);
+	FLOW_CUBLAS_TRY(lt_layout(&ld, CUDA_R_32F, CUBLAS_OP_N, m, n, m), out);
 	FLOW_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref), out);
 	FLOW_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
 				pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -155,6 +176,15 @@ out:
 		(void)cublasLtMatmulDescDestroy(op);
 	return err;
 }
+
+/* The forward GEMM of gemm_lt, with its bias and, with pre, its GELU:
+ * through cuBLASLt where it can, else cuBLAS's GEMM (cublasSgemm, or
+ * cublasGemmEx on bf16 operands; defined with the bf16 path below), the
+ * bias pass and the GELU kernel. */
+static flow_err_t gemm_forward(cudaDataType_t type, size_t m, size_t n,
+			       size_t k, const void *a, const void *b,
+			       const float *bias, float *d, float *pre,
+			       flow_diag_t *diag, cudaStream_t stream);
 
 /* Rows of each block column pass in dbias_kernel: block (32, ROWS). */
 #define DBIAS_ROWS 32
@@ -200,49 +230,47 @@ out:
 	return err;
 }
 
+/* out (and with pre, the pre-activation) of the fp32 matmul. */
+static flow_err_t fp32_forward(float *out, float *pre, const float *inp,
+			       const float *weight, const float *bias, size_t n,
+			       size_t in_dim, size_t out_dim, const char *func,
+			       flow_diag_t *diag, cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	float *sum = pre ? pre : out;
+
+	if (n == 0 || out_dim == 0)
+		return FLOW_OK;
+	FLOW_TRY(matmul_check(n, in_dim, out_dim, func, diag), out);
+	if (in_dim == 0) {
+		/* An empty sum: out = 0 (+ bias, then the GELU). */
+		FLOW_CUDA_TRY(cudaMemsetAsync(sum, 0, n * out_dim * sizeof(float),
+					      stream),
+			      out);
+		if (bias)
+			FLOW_TRY(add_bias(sum, bias, n, out_dim, diag, stream),
+				 out);
+		if (pre)
+			FLOW_TRY(flow_cuda_gelu_forward(out, pre, n * out_dim,
+							diag, stream),
+				 out);
+	} else {
+		/* out^T (o x n) = W (o x i, stored as i x o) ^T . inp^T (i x n) */
+		FLOW_TRY(gemm_forward(CUDA_R_32F, out_dim, n, in_dim, weight,
+				      inp, bias, out, pre, diag, stream),
+			 out);
+	}
+out:
+	return err;
+}
+
 flow_err_t flow_cuda_matmul_forward(float *out, const float *inp,
 				    const float *weight, const float *bias,
 				    size_t n, size_t in_dim, size_t out_dim,
 				    flow_diag_t *diag, cudaStream_t stream)
 {
-	flow_err_t err = FLOW_OK;
-	cublasHandle_t h = NULL;
-	const float one = 1.0f, zero = 0.0f;
-	bool biased = false; /* the bias added in the GEMM's epilogue */
-
-	if (n == 0 || out_dim == 0)
-		return FLOW_OK;
-	FLOW_TRY(matmul_check(n, in_dim, out_dim, __func__, diag), out);
-	if (in_dim == 0) {
-		/* An empty sum: out = 0 (+ bias below). */
-		FLOW_CUDA_TRY(cudaMemsetAsync(out, 0, n * out_dim * sizeof(float),
-					      stream),
-			      out);
-	} else {
-		/* out^T (o x n) = W (o x i, stored as i x o) ^T . inp^T (i x n),
-		 * the bias in the epilogue where cuBLASLt can */
-		if (bias)
-			FLOW_TRY(gemm_bias_lt(CUDA_R_32F, CUBLAS_OP_T,
-					      CUBLAS_OP_N, out_dim, n, in_dim,
-					      weight, in_dim, inp, in_dim, bias,
-					      out, out_dim, &biased, diag,
-					      stream),
-				 out);
-		if (!biased) {
-			FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
-			FLOW_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N,
-						    (int)out_dim, (int)n,
-						    (int)in_dim, &one, weight,
-						    (int)in_dim, inp,
-						    (int)in_dim, &zero, out,
-						    (int)out_dim),
-					out);
-		}
-	}
-	if (bias && !biased)
-		FLOW_TRY(add_bias(out, bias, n, out_dim, diag, stream), out);
-out:
-	return err;
+	return fp32_forward(out, NULL, inp, weight, bias, n, in_dim, out_dim,
+			    __func__, diag, stream);
 }
 
 flow_err_t flow_cuda_matmul_backward(float *dinp, float *dweight, float *dbias,
@@ -377,6 +405,46 @@ out:
 	return err;
 }
 
+static flow_err_t gemm_forward(cudaDataType_t type, size_t m, size_t n,
+			       size_t k, const void *a, const void *b,
+			       const float *bias, float *d, float *pre,
+			       flow_diag_t *diag, cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	cublasHandle_t h = NULL;
+	const float one = 1.0f, zero = 0.0f;
+	float *sum = pre ? pre : d;
+	bool done = false;
+
+	if (bias || pre)
+		FLOW_TRY(gemm_lt(type, m, n, k, a, b, bias, d, pre, &done, diag,
+				 stream),
+			 out);
+	if (done)
+		return FLOW_OK;
+	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
+	if (type == CUDA_R_32F)
+		FLOW_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m,
+					    (int)n, (int)k, &one,
+					    (const float *)a, (int)k,
+					    (const float *)b, (int)k, &zero,
+					    sum, (int)m),
+				out);
+	else
+		FLOW_TRY(gemm_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k,
+				   (const __nv_bfloat16 *)a, k,
+				   (const __nv_bfloat16 *)b, k, 0.0f, sum, m,
+				   diag),
+			 out);
+	if (bias)
+		FLOW_TRY(add_bias(sum, bias, n, m, diag, stream), out);
+	if (pre)
+		FLOW_TRY(flow_cuda_gelu_forward(d, pre, n * m, diag, stream),
+			 out);
+out:
+	return err;
+}
+
 /* Where the weight, the dout panel and the inp panel go in scratch. */
 struct bf16_scratch {
 	__nv_bfloat16 *w, *g, *x;
@@ -410,22 +478,22 @@ size_t flow_cuda_matmul_bf16_scratch_bound(size_t n, size_t in_dim,
 	       bf16_align(rows * in_dim * e);
 }
 
-flow_err_t flow_cuda_matmul_bf16_forward(float *out, void *scratch,
-					 const float *inp, const float *weight,
-					 const float *bias, size_t n,
-					 size_t in_dim, size_t out_dim,
-					 flow_diag_t *diag, cudaStream_t stream)
+/* out (and with pre, the pre-activation) of the bf16 matmul, panel by
+ * panel of rows. */
+static flow_err_t bf16_forward(float *out, float *pre, void *scratch,
+			       const float *inp, const float *weight,
+			       const float *bias, size_t n, size_t in_dim,
+			       size_t out_dim, const char *func,
+			       flow_diag_t *diag, cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
-	cublasHandle_t h = NULL;
 
 	if (n == 0 || out_dim == 0)
 		return FLOW_OK;
 	if (in_dim == 0) /* no GEMM: the bias or zeros, as in fp32 */
-		return flow_cuda_matmul_forward(out, inp, weight, bias, n,
-						in_dim, out_dim, diag, stream);
-	FLOW_TRY(matmul_check(n, in_dim, out_dim, __func__, diag), out);
-	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
+		return fp32_forward(out, pre, inp, weight, bias, n, in_dim,
+				    out_dim, func, diag, stream);
+	FLOW_TRY(matmul_check(n, in_dim, out_dim, func, diag), out);
 	{
 		bf16_scratch s = bf16_carve(scratch, n, in_dim, out_dim);
 		FLOW_TRY(round_bf16(s.w, weight, out_dim * in_dim, diag,
@@ -436,33 +504,40 @@ flow_err_t flow_cuda_matmul_bf16_forward(float *out, void *scratch,
 			FLOW_TRY(round_bf16(s.x, inp + r0 * in_dim, m * in_dim,
 					    diag, stream),
 				 out);
-			/* out^T (o x m) = W^T . x^T, as the sgemm above, the
-			 * bias in the epilogue where cuBLASLt can */
-			bool panel_biased = false;
-			if (bias)
-				FLOW_TRY(gemm_bias_lt(CUDA_R_16BF, CUBLAS_OP_T,
-						      CUBLAS_OP_N, out_dim, m,
-						      in_dim, s.w, in_dim, s.x,
-						      in_dim, bias,
-						      out + r0 * out_dim,
-						      out_dim, &panel_biased,
-						      diag, stream),
-					 out);
-			if (!panel_biased)
-				FLOW_TRY(gemm_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N,
-						   out_dim, m, in_dim, s.w,
-						   in_dim, s.x, in_dim, 0.0f,
-						   out + r0 * out_dim, out_dim,
-						   diag),
-					 out);
-			if (bias && !panel_biased)
-				FLOW_TRY(add_bias(out + r0 * out_dim, bias, m,
-						  out_dim, diag, stream),
-					 out);
+			/* out^T (o x m) = W^T . x^T, as the sgemm above */
+			FLOW_TRY(gemm_forward(CUDA_R_16BF, out_dim, m, in_dim,
+					      s.w, s.x, bias, out + r0 * out_dim,
+					      pre ? pre + r0 * out_dim : NULL,
+					      diag, stream),
+				 out);
 		}
 	}
 out:
 	return err;
+}
+
+flow_err_t flow_cuda_matmul_bf16_forward(float *out, void *scratch,
+					 const float *inp, const float *weight,
+					 const float *bias, size_t n,
+					 size_t in_dim, size_t out_dim,
+					 flow_diag_t *diag, cudaStream_t stream)
+{
+	return bf16_forward(out, NULL, scratch, inp, weight, bias, n, in_dim,
+			    out_dim, __func__, diag, stream);
+}
+
+flow_err_t flow_cuda_matmul_gelu_forward(float *pre, float *out,
+					 void *scratch, bool bf16,
+					 const float *inp, const float *weight,
+					 const float *bias, size_t n,
+					 size_t in_dim, size_t out_dim,
+					 flow_diag_t *diag, cudaStream_t stream)
+{
+	if (bf16)
+		return bf16_forward(out, pre, scratch, inp, weight, bias, n,
+				    in_dim, out_dim, __func__, diag, stream);
+	return fp32_forward(out, pre, inp, weight, bias, n, in_dim, out_dim,
+			    __func__, diag, stream);
 }
 
 flow_err_t flow_cuda_matmul_bf16_backward(float *dinp, float *dweight,

@@ -104,6 +104,16 @@ void embedding_backward(float *dwte, float *dwpe, const float *dout,
 					     rows, B, T, C, diag, STREAM));
 }
 
+void matmul_gelu_forward(float *pre, float *out, void *scratch, bool bf16,
+			 const float *inp, const float *weight,
+			 const float *bias, size_t n, size_t in_dim,
+			 size_t out_dim)
+{
+	ENQUEUE(flow_cuda_matmul_gelu_forward(pre, out, scratch, bf16, inp,
+					      weight, bias, n, in_dim, out_dim,
+					      diag, STREAM));
+}
+
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
 		       const float *weight, const float *bias, size_t n,
 		       size_t C)
@@ -321,6 +331,7 @@ extern "C" const flow_kernels_t flow_cuda_kernels = {
 	layernorm_backward,
 	gelu_forward,
 	gelu_backward,
+	matmul_gelu_forward,
 	attention_forward,
 	flow_cuda_attention_scratch_bound,
 	attention_backward,

@@ -20,6 +20,7 @@ const flow_kernels_t flow_ref_kernels = {
 	.layernorm_backward = flow_ref_layernorm_backward,
 	.gelu_forward = flow_ref_gelu_forward,
 	.gelu_backward = flow_ref_gelu_backward,
+	.matmul_gelu_forward = flow_ref_matmul_gelu_forward,
 	.attention_forward = flow_ref_attention_forward,
 	.attention_scratch_bound = flow_ref_attention_scratch_bound,
 	.attention_backward = flow_ref_attention_backward,
