@@ -34,8 +34,8 @@ typedef struct flow_boxing_comms flow_boxing_comms_t;
  * slices them with box_move and waits for them with last before each
  * collective; NULL for both: host memory and the CPU set (one NULL
  * without the other: FLOW_ERR_USAGE).  world must
- * move that memory (a CPU communicator host memory, the staged storage's
- * included; an NCCL one a GPU's), else FLOW_ERR_NOTSUP.  Not collective
+ * move that memory (a CPU communicator host memory, storage->host_memory;
+ * an NCCL one a GPU's), else FLOW_ERR_NOTSUP.  Not collective
  * (the groups are split on first use).  Free with
  * flow_boxing_comms_free(). */
 FLOW_EXPORT flow_err_t flow_boxing_comms_new(flow_comm_t *world,
@@ -45,10 +45,14 @@ FLOW_EXPORT flow_err_t flow_boxing_comms_new(flow_comm_t *world,
 					     flow_boxing_comms_t **comms_out,
 					     flow_diag_t *diag) FLOW_MUST_CHECK;
 FLOW_EXPORT void flow_boxing_comms_free(flow_boxing_comms_t *comms);
-/* The storage the comms were made with (flow_exec_storage_host for
- * NULL): whose memory the pieces must be in. */
+/* The storage and the kernel set the comms were made with
+ * (flow_exec_storage_host and flow_cpu_kernels for NULL): whose memory
+ * the pieces, and whatever else their collectives move, must be in, and
+ * the kernels of that memory. */
 FLOW_EXPORT const flow_exec_storage_t *
 flow_boxing_comms_storage(const flow_boxing_comms_t *comms);
+FLOW_EXPORT const flow_kernels_t *
+flow_boxing_comms_kernels(const flow_boxing_comms_t *comms);
 /* The communicator of the group of axes_mask (bit i: axis i of the mesh)
  * holding this rank, made on first use as above; borrowed. */
 FLOW_EXPORT flow_err_t flow_boxing_comms_axes(flow_boxing_comms_t *comms,

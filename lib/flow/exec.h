@@ -50,6 +50,10 @@ typedef struct flow_exec flow_exec_t;
 typedef struct flow_exec_storage {
 	const char *name; /* "host", "cuda" */
 	bool host_addressable; /* the host may dereference its pointers */
+	bool host_memory;      /* its memory is host memory, which a CPU
+				* communicator moves (true of the staged
+				* storage too, which says it is not
+				* addressable) */
 	/* bytes of zeroed memory aligned to 64 bytes (0 bytes gives a valid,
 	 * unique pointer), or NULL when out of memory.  Released with this
 	 * storage's free. */

@@ -100,6 +100,18 @@ static inline size_t flow_matmul_bf16_panel_rows(size_t n, size_t in_dim,
  * [0, vocab).
  *
  * out[b,t,:] = wte[tokens[b,t] - row0,:] (0 outside) + wpe[t,:]. */
+/* The row of the shard [row0, row0 + rows) holding token, or -1: the
+ * rule of every set, the GPU's included. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline int64_t flow_embedding_row(int32_t token, int64_t row0,
+					 size_t rows)
+{
+	int64_t row = (int64_t)token - row0;
+	return row >= 0 && row < (int64_t)rows ? row : -1;
+}
+
 typedef void flow_embedding_forward_fn(float *out, const int32_t *tokens,
 				       const float *wte, const float *wpe,
 				       int64_t row0, size_t rows, size_t B,
@@ -380,6 +392,14 @@ typedef struct flow_kernels {
 	 * NULL for sets whose kernels run to completion and cannot fail. */
 	flow_err_t (*last)(flow_diag_t *diag);
 } flow_kernels_t;
+
+/* Wait for every kernel of set k the calling thread enqueued (last), its
+ * first failure with the line in diag; FLOW_OK at once for a host set. */
+static inline flow_err_t flow_kernels_wait(const flow_kernels_t *k,
+					   flow_diag_t *diag)
+{
+	return k->last ? k->last(diag) : FLOW_OK;
+}
 
 /* ---- the CPU set ------------------------------------------------------------ */
 

@@ -120,14 +120,11 @@ static flow_err_t comm_mesh_of(flow_comm_t *world, const flow_mesh_t *mesh,
 }
 
 /* Whether world's collectives read and write storage's memory: the CPU
- * backend host memory (the staged storage's is host memory too), NCCL a
- * GPU's. */
+ * backend host memory, NCCL a GPU's. */
 static bool moves_memory_of(flow_comm_t *world,
 			    const flow_exec_storage_t *storage)
 {
-	bool host = storage->host_addressable ||
-		    storage == &flow_exec_storage_staged;
-	return flow_comm_backend(world) == FLOW_COMM_CPU ? host : !host;
+	return (flow_comm_backend(world) == FLOW_COMM_CPU) == storage->host_memory;
 }
 
 flow_err_t flow_boxing_comms_new(flow_comm_t *world, const flow_mesh_t *mesh,
@@ -139,6 +136,8 @@ flow_err_t flow_boxing_comms_new(flow_comm_t *world, const flow_mesh_t *mesh,
 	flow_boxing_comms_t *c = NULL;
 	int64_t *crank = NULL;
 	flow_err_t err = flow_mesh_check(mesh, diag);
+	if (err != FLOW_OK)
+		goto out;
 	if (!kernels != !storage) {
 		err = flow_diag_set(diag, FLOW_ERR_USAGE,
 				    "boxing: a storage without its kernel set, or the other way round");
@@ -148,8 +147,6 @@ flow_err_t flow_boxing_comms_new(flow_comm_t *world, const flow_mesh_t *mesh,
 		kernels = &flow_cpu_kernels;
 		storage = &flow_exec_storage_host;
 	}
-	if (err != FLOW_OK)
-		goto out;
 	if (!moves_memory_of(world, storage)) {
 		err = flow_diag_set(diag, FLOW_ERR_NOTSUP,
 				    "boxing: the '%s' communicator cannot move '%s' memory",
@@ -212,6 +209,11 @@ const flow_exec_storage_t *
 flow_boxing_comms_storage(const flow_boxing_comms_t *c)
 {
 	return c->storage;
+}
+
+const flow_kernels_t *flow_boxing_comms_kernels(const flow_boxing_comms_t *c)
+{
+	return c->kernels;
 }
 
 flow_err_t flow_boxing_comms_axes(flow_boxing_comms_t *c, unsigned axes_mask,
@@ -367,11 +369,10 @@ static size_t sum_counts(const size_t *count, int64_t p)
 /* ---- the steps -------------------------------------------------------------------- */
 
 /* Wait for the kernels that wrote what a collective is about to read: it
- * runs on a stream of its own.  Immediate on the host. */
+ * runs on a stream of its own. */
 static flow_err_t kernels_done(const step_run_t *r)
 {
-	const flow_kernels_t *k = r->c->kernels;
-	return k->last ? k->last(r->diag) : FLOW_OK;
+	return flow_kernels_wait(r->c->kernels, r->diag);
 }
 
 static flow_err_t run_all_reduce(step_run_t *r)

@@ -64,8 +64,8 @@ static flow_err_t exec_device(flow_exec_t *x, flow_kernel_set_t set,
  * final: it is kept in x and every later pass returns it again. */
 static flow_err_t exec_finish(flow_exec_t *x, flow_diag_t *diag)
 {
-	if (x->err == FLOW_OK && x->kernels->last)
-		x->err = x->kernels->last(&x->diag);
+	if (x->err == FLOW_OK)
+		x->err = flow_kernels_wait(x->kernels, &x->diag);
 	if (x->err != FLOW_OK)
 		return flow_diag_set(diag, x->err, "%s",
 				     flow_diag_message(&x->diag));
@@ -368,7 +368,8 @@ void flow_exec_free(flow_exec_t *x)
 	free(x->ops);
 	free(x->ptr);
 	flow_memplan_release(&x->plan);
-	x->storage->free(x->dist_scratch);
+	if (x->dist_scratch)
+		x->dist_storage->free(x->dist_scratch);
 	free(x);
 }
 

@@ -20,38 +20,35 @@
 
 #include "exec_internal.h"
 
-/* The split cross-entropy's row statistics, in the executor's storage:
- * grown, never shrunk. */
+/* n floats of the split cross-entropy's row statistics, in the memory
+ * the communicators move (the comms' storage): grown, never shrunk. */
 static float *dist_scratch(flow_exec_t *x, size_t n)
 {
-	if (n > x->dist_scratch_n) {
-		float *p = x->storage->alloc(n * sizeof(float));
+	const flow_exec_storage_t *st = flow_boxing_comms_storage(x->comms);
+	if (n > x->dist_scratch_n || st != x->dist_storage) {
+		float *p = st->alloc(n * sizeof(float));
 		if (!p)
 			return NULL;
-		x->storage->free(x->dist_scratch);
+		if (x->dist_scratch)
+			x->dist_storage->free(x->dist_scratch);
 		x->dist_scratch = p;
 		x->dist_scratch_n = n;
+		x->dist_storage = st;
 	}
 	return x->dist_scratch;
-}
-
-/* Wait for the kernels that wrote what a collective reads next: it runs
- * on a stream of its own.  Immediate on the host. */
-static flow_err_t kernels_done(flow_exec_t *x, const flow_kernels_t *k)
-{
-	return k->last ? k->last(&x->diag) : FLOW_OK;
 }
 
 /* Cross-entropy with the classes split over comm: this rank holds logits
  * columns [c0, c0 + Vl) of the padded Vp, the real ones those below V.
  * The row maxima are gathered and the exponential sums summed over the
- * group between the three split kernels of set k (flow/kernels.h), on
- * memory comm moves; the losses come out partial (P), the group's sum
- * the loss, and dlogits, in place, are this rank's columns of the whole
- * row's gradient. */
-static flow_err_t ce_split(flow_exec_t *x, const flow_kernels_t *k,
-			   float *stats, const exec_op_t *o, flow_comm_t *comm)
+ * group between the three split kernels (flow/kernels.h) of the memory
+ * the communicators move, with the statistics in that memory too; the
+ * losses come out partial (P), the group's sum the loss, and dlogits, in
+ * place, are this rank's columns of the whole row's gradient. */
+static flow_err_t ce_split(flow_exec_t *x, const exec_op_t *o,
+			   flow_comm_t *comm)
 {
+	const flow_kernels_t *k = flow_boxing_comms_kernels(x->comms);
 	float *losses = o->out[0], *logits = o->in[0];
 	const int32_t *targets = o->in[1];
 	size_t N = o->dim[DIM_N], Vl = o->dim[DIM_VP];
@@ -64,6 +61,12 @@ static flow_err_t ce_split(flow_exec_t *x, const flow_kernels_t *k,
 		.c0 = c0,
 		.first = flow_comm_rank(comm) == 0,
 	};
+	size_t nstats = N * ((size_t)p + 2);
+	float *stats = dist_scratch(x, nstats);
+	if (!stats)
+		return flow_diag_set(&x->diag, FLOW_ERR_NOMEM,
+				     "out of memory for the split cross-entropy's "
+				     "%zu row statistics", nstats);
 	float *gathered = stats, *max = stats + N * (size_t)p, *sums = max + N;
 	size_t *counts = calloc((size_t)p, sizeof *counts);
 	if (!counts)
@@ -71,7 +74,9 @@ static flow_err_t ce_split(flow_exec_t *x, const flow_kernels_t *k,
 	for (int r = 0; r < p; r++)
 		counts[r] = N;
 	k->cross_entropy_split_max(max, logits, &s);
-	flow_err_t err = kernels_done(x, k);
+	/* Each collective runs on a stream of its own: the kernels that
+	 * wrote what it reads are waited for. */
+	flow_err_t err = flow_kernels_wait(k, &x->diag);
 	if (err == FLOW_OK)
 		err = flow_all_gather(comm, max, gathered, counts,
 				      FLOW_DTYPE_F32, &x->diag);
@@ -79,7 +84,7 @@ static flow_err_t ce_split(flow_exec_t *x, const flow_kernels_t *k,
 	if (err != FLOW_OK)
 		return err;
 	k->cross_entropy_split_sums(sums, max, gathered, (size_t)p, logits, &s);
-	if ((err = kernels_done(x, k)) != FLOW_OK ||
+	if ((err = flow_kernels_wait(k, &x->diag)) != FLOW_OK ||
 	    (err = flow_all_reduce(comm, sums, sums, N, FLOW_DTYPE_F32,
 				   &x->diag)) != FLOW_OK)
 		return err;
@@ -88,11 +93,8 @@ static flow_err_t ce_split(flow_exec_t *x, const flow_kernels_t *k,
 	return FLOW_OK;
 }
 
-/* The split cross-entropy of op o: in place, with the executor's kernels
- * and its scratch; or, on_host, on host copies (dist_staged) with the CPU
- * set and host memory for the statistics. */
-static flow_err_t dist_cross_entropy(flow_exec_t *x, const exec_op_t *o,
-				     bool on_host)
+/* The split cross-entropy of op o, over its group's communicator. */
+static flow_err_t dist_cross_entropy(flow_exec_t *x, const exec_op_t *o)
 {
 	flow_comm_t *comm = NULL;
 	if (!x->comms)
@@ -100,20 +102,7 @@ static flow_err_t dist_cross_entropy(flow_exec_t *x, const exec_op_t *o,
 				     "split cross-entropy without communicators");
 	flow_err_t err = flow_boxing_comms_axes(x->comms, o->attrs->split_axes,
 						&comm, &x->diag);
-	if (err != FLOW_OK)
-		return err;
-	size_t n = o->dim[DIM_N] * ((size_t)flow_comm_size(comm) + 2);
-	float *stats = on_host ? flow_alloc(n * sizeof(float)) :
-				 dist_scratch(x, n);
-	if (!stats)
-		return flow_diag_set(&x->diag, FLOW_ERR_NOMEM,
-				     "out of memory for the split cross-entropy's "
-				     "%zu row statistics", n);
-	err = ce_split(x, on_host ? &flow_cpu_kernels : x->kernels, stats, o,
-		       comm);
-	if (on_host)
-		flow_free(stats);
-	return err;
+	return err != FLOW_OK ? err : ce_split(x, o, comm);
 }
 
 /* Op o (graph op op) of a device executor, on host copies of every tensor
@@ -162,15 +151,15 @@ static flow_err_t dist_staged(flow_exec_t *x, const exec_op_t *o,
 		x->storage->copy_out(host[n], dev[n], bytes[n]);
 		*slot = host[n++];
 	}
-	if (err == FLOW_OK && x->kernels->last)
-		err = x->kernels->last(&x->diag);
 	if (err == FLOW_OK)
-		err = flow_exec_dist_kernel(x, &h, true);
+		err = flow_kernels_wait(x->kernels, &x->diag);
+	if (err == FLOW_OK)
+		err = flow_exec_dist_kernel(x, &h);
 	for (int j = 0; j < n && err == FLOW_OK; j++)
 		if (written[j])
 			x->storage->copy_in((void *)dev[j], host[j], bytes[j]);
-	if (err == FLOW_OK && x->kernels->last)
-		err = x->kernels->last(&x->diag);
+	if (err == FLOW_OK)
+		err = flow_kernels_wait(x->kernels, &x->diag);
 	for (int j = 0; j < n; j++)
 		flow_free(host[j]);
 	return err;
@@ -187,12 +176,11 @@ static bool dist_in_place(const flow_exec_t *x)
 flow_err_t flow_exec_dist_op(flow_exec_t *x, const exec_op_t *o,
 			     const flow_graph_op_t *op)
 {
-	return dist_in_place(x) ? flow_exec_dist_kernel(x, o, false) :
+	return dist_in_place(x) ? flow_exec_dist_kernel(x, o) :
 				  dist_staged(x, o, op);
 }
 
-flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o,
-				 bool on_host)
+flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o)
 {
 	flow_err_t err = FLOW_OK;
 
@@ -207,7 +195,7 @@ flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o,
 				      o->in[0], o->out[0], &x->diag);
 		break;
 	case FLOW_OP_CROSS_ENTROPY:
-		err = dist_cross_entropy(x, o, on_host);
+		err = dist_cross_entropy(x, o);
 		break;
 	default:
 		err = flow_diag_set(&x->diag, FLOW_ERR_USAGE,

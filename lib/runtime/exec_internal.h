@@ -51,7 +51,7 @@ struct flow_exec {
 	const flow_kernels_t *kernels;
 	const flow_exec_storage_t *storage; /* of the tensor buffers: params,
 					     * param_grads, inputs, arena,
-					     * scratch, dist_scratch */
+					     * scratch */
 	flow_memplan_t plan;
 	void *params, *param_grads, *inputs, *arena, *scratch;
 	size_t param_bytes, grad_bytes, scratch_bytes;
@@ -74,17 +74,18 @@ struct flow_exec {
 	float *losses_host;  /* the losses, copied out of a device storage */
 	flow_exec_op_hook_fn *hook; /* flow_exec_set_op_hook */
 	void *hook_ctx;
-	float *dist_scratch; /* split cross-entropy's row statistics, in
-			      * storage */
+	float *dist_scratch; /* split cross-entropy's row statistics, in */
 	size_t dist_scratch_n;
+	const flow_exec_storage_t *dist_storage; /* the comms' storage */
 };
 
 /* Run op o of a localized graph that talks to other ranks (boxing; the
- * cross-entropy split over mesh axes) on memory the communicators move:
- * the executor's, with its kernel set, or on_host, host copies of it
- * with the CPU set.  FLOW_OK, or the error with its message in x->diag. */
-flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o,
-				 bool on_host) FLOW_MUST_CHECK;
+ * cross-entropy split over mesh axes), its tensors in the memory the
+ * communicators move, with their kernel set (flow_boxing_comms_kernels):
+ * the executor's own, or host copies of them with the CPU set.  FLOW_OK,
+ * or the error with its message in x->diag. */
+flow_err_t flow_exec_dist_kernel(flow_exec_t *x, const exec_op_t *o)
+	FLOW_MUST_CHECK;
 /* The same for any storage: in place when the communicators move the
  * executor's memory, else on host copies of the op's tensors (op is o's
  * graph op). */

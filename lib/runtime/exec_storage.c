@@ -40,11 +40,13 @@ static void *host_staging(size_t bytes)
 const flow_exec_storage_t flow_exec_storage_host = {
 	.name = "host",
 	.host_addressable = true,
+	.host_memory = true,
 	HOST_MEMORY,
 };
 
 const flow_exec_storage_t flow_exec_storage_staged = {
 	.name = "staged",
 	.host_addressable = false,
+	.host_memory = true,
 	HOST_MEMORY,
 };

@@ -391,7 +391,7 @@ void flow_trainer_free(flow_trainer_t *t)
 	flow_grad_sync_free(t->grad_sync);
 	flow_adamw_free(t->opt);
 	flow_zero_free(t->zero);
-	flow_boxing_comms_free(t->comms); /* its scratch is the executor's */
+	flow_boxing_comms_free(t->comms);
 	flow_exec_free(t->exec);
 	flow_local_release(&t->local);
 	flow_graph_release(&t->graph);

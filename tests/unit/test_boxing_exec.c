@@ -213,13 +213,14 @@ static void test_boxing_exec_comms_new_refuses_an_invalid_mesh(void **state)
 	assert_comms_new_refused(&mesh, FLOW_ERR_USAGE, want.msg);
 }
 
-/* A CPU communicator moves host memory only (the staged storage's is host
- * memory); device memory it cannot read. */
+/* A CPU communicator moves host memory only (host_memory, the staged
+ * storage's too); device memory it cannot read. */
 static void test_boxing_exec_comms_new_refuses_memory_the_communicator_cannot_move(void **state)
 {
 	flow_exec_storage_t device = flow_exec_storage_staged;
 	char want[FLOW_DIAG_MAX];
 	device.name = "device";
+	device.host_memory = false;
 	(void)state;
 	snprintf(want, sizeof want,
 		 "boxing: the '%s' communicator cannot move 'device' memory",

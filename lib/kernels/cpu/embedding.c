@@ -7,13 +7,6 @@
 
 #include "cpu_internal.h"
 
-/* The row of the shard [row0, row0 + rows) holding token, or -1. */
-static int64_t held_row(int32_t token, int64_t row0, size_t rows)
-{
-	int64_t row = (int64_t)token - row0;
-	return row >= 0 && row < (int64_t)rows ? row : -1;
-}
-
 void flow_cpu_embedding_forward(float *out, const int32_t *tokens,
 				const float *wte, const float *wpe,
 				int64_t row0, size_t rows, size_t B, size_t T,
@@ -23,7 +16,7 @@ void flow_cpu_embedding_forward(float *out, const int32_t *tokens,
 
 #pragma omp parallel for schedule(static)
 	for (size_t r = 0; r < npos; r++) {
-		int64_t row = held_row(tokens[r], row0, rows);
+		int64_t row = flow_embedding_row(tokens[r], row0, rows);
 		const float *restrict pe = wpe + (r % T) * C;
 		float *restrict o = out + r * C;
 		if (row < 0) {
@@ -55,7 +48,7 @@ void flow_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
 			size_t w = C - c0 < FLOW_CPU_COL_BLOCK ?
 					   C - c0 : FLOW_CPU_COL_BLOCK;
 			for (size_t r = 0; r < npos; r++) {
-				int64_t row = held_row(tokens[r], row0, rows);
+				int64_t row = flow_embedding_row(tokens[r], row0, rows);
 				if (row < 0)
 					continue;
 				float *restrict g = dwte + (size_t)row * C + c0;

@@ -14,13 +14,6 @@
 
 #include "cuda_internal.h"
 
-/* The row of the shard holding token, or -1. */
-static __device__ int64_t held_row(int32_t token, int64_t row0, size_t rows)
-{
-	const int64_t row = (int64_t)token - row0;
-	return row >= 0 && row < (int64_t)rows ? row : -1;
-}
-
 static __global__ void embedding_forward_kernel(float *__restrict__ out,
 						const int32_t *__restrict__ tokens,
 						const float *__restrict__ wte,
@@ -33,7 +26,7 @@ static __global__ void embedding_forward_kernel(float *__restrict__ out,
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
 	     i += stride) {
 		const size_t bt = i / C, c = i % C, t = bt % T;
-		const int64_t row = held_row(tokens[bt], row0, rows);
+		const int64_t row = flow_embedding_row(tokens[bt], row0, rows);
 		const float te = row < 0 ? 0.0f : wte[(size_t)row * C + c];
 		out[i] = te + wpe[t * C + c];
 	}
@@ -78,7 +71,7 @@ static __global__ void embedding_dwte_kernel(float *__restrict__ dwte,
 	if (i >= nt || c >= C)
 		return;
 	const int32_t tok = keys[i];
-	const int64_t row = held_row(tok, row0, rows);
+	const int64_t row = flow_embedding_row(tok, row0, rows);
 	if ((i > 0 && keys[i - 1] == tok) || row < 0)
 		return;
 	float *dst = dwte + (size_t)row * C + c;

@@ -48,21 +48,42 @@ out:
  * what cuBLASLt may assume of the buffers (it assumes 256 unless told,
  * and the arena's tensors and a panel's rows are only 64- or 4-byte
  * aligned). */
-static uint32_t common_alignment(const void *a, const void *b, const void *d)
+static uint32_t common_alignment(const void *a, const void *b, const void *c,
+				 const void *d)
 {
-	uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | 256u;
+	uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c |
+			 (uintptr_t)d | 256u;
 	return (uint32_t)(bits & (~bits + 1u));
 }
 
-/* A matrix layout as stored: rows x cols column-major with leading
- * dimension ld, of op's operand (its transpose stored when op is T). */
-static cublasStatus_t lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t type,
-				cublasOperation_t op, size_t rows, size_t cols,
-				size_t ld)
+/* cuBLASLt's pick for one form of the forward GEMM, kept per thread: the
+ * heuristic costs host time, and would otherwise run for every matmul of
+ * every step.  The pick depends only on the key, so reusing it changes
+ * no bits. */
+struct lt_pick {
+	cublasLtHandle_t lt; /* per device */
+	cudaDataType_t type;
+	size_t m, n, k;
+	uint32_t align;
+	cublasLtEpilogue_t epilogue;
+	bool found; /* false: cuBLASLt has no algorithm for it */
+	cublasLtMatmulAlgo_t algo;
+};
+
+#define LT_PICKS 64 /* forms a GPT's matmuls take: a dozen */
+static thread_local lt_pick lt_picks[LT_PICKS];
+static thread_local int lt_npicks;
+
+static lt_pick *lt_pick_find(const lt_pick *key)
 {
-	bool t = op == CUBLAS_OP_T;
-	return cublasLtMatrixLayoutCreate(l, type, t ? cols : rows,
-					  t ? rows : cols, (int64_t)ld);
+	for (int i = 0; i < lt_npicks; i++) {
+		lt_pick *p = &lt_picks[i];
+		if (p->lt == key->lt && p->type == key->type && p->m == key->m &&
+		    p->n == key->n && p->k == key->k && p->align == key->align &&
+		    p->epilogue == key->epilogue)
+			return p;
+	}
+	return NULL;
 }
 
 /* The forward GEMM, column-major: D (m x n) = A^T . B with A stored k x m
@@ -87,6 +108,7 @@ static flow_err_t gemm_lt(cudaDataType_t type, size_t m, size_t n, size_t k,
 	cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
 	cublasLtMatmulPreference_t pref = NULL;
 	cublasLtMatmulHeuristicResult_t found;
+	lt_pick key, *pick = NULL;
 	const cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
 	cublasLtEpilogue_t epilogue = !pre ? CUBLASLT_EPILOGUE_BIAS :
 				      bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS :
@@ -94,8 +116,7 @@ static flow_err_t gemm_lt(cudaDataType_t type, size_t m, size_t n, size_t k,
 	const size_t ws_bytes = FLOW_CUDA_LT_WORKSPACE;
 	const int64_t aux_ld = (int64_t)m;
 	/* D and the pre-activation are laid out alike: one alignment. */
-	const uint32_t align = common_alignment(a, b, d) &
-			       common_alignment(a, b, pre ? pre : d);
+	const uint32_t align = common_alignment(a, b, d, pre ? pre : d);
 	int count = 0;
 	const float one = 1.0f, zero = 0.0f;
 
@@ -136,9 +157,20 @@ static flow_err_t gemm_lt(cudaDataType_t type, size_t m, size_t n, size_t k,
 					&aux_ld, sizeof aux_ld),
 				out);
 	}
-	FLOW_CUBLAS_TRY(lt_layout(&la, type, opa, m, k, k), out);
-	FLOW_CUBLAS_TRY(lt_layout(&lb, type, opb, k, n, k), out);
-	FLOW_CUBLAS_TRY(lt_layout(&ld, CUDA_R_32F, CUBLAS_OP_N, m, n, m), out);
+	/* As stored, column-major: A k x m (op T), B k x n, D m x n. */
+	FLOW_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&la, type, k, m, (int64_t)k),
+			out);
+	FLOW_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lb, type, k, n, (int64_t)k),
+			out);
+	FLOW_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n,
+						   (int64_t)m),
+			out);
+	key = lt_pick{ lt, type, m, n, k, align, epilogue, false, {} };
+	pick = lt_pick_find(&key);
+	if (pick && !pick->found)
+		goto out; /* asked before: no algorithm */
+	if (pick)
+		goto run;
 	FLOW_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref), out);
 	FLOW_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
 				pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -153,13 +185,20 @@ static flow_err_t gemm_lt(cudaDataType_t type, size_t m, size_t n, size_t k,
 					pref, attr, &align, sizeof align),
 				out);
 	/* No algorithm is not a failure: the caller has the two-pass way. */
-	if (cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1,
-					   &found, &count) !=
-		    CUBLAS_STATUS_SUCCESS ||
-	    count == 0)
+	key.found = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref,
+						   1, &found, &count) ==
+			    CUBLAS_STATUS_SUCCESS &&
+		    count > 0;
+	if (key.found)
+		key.algo = found.algo;
+	if (lt_npicks < LT_PICKS)
+		lt_picks[lt_npicks++] = key;
+	pick = &key;
+	if (!key.found)
 		goto out;
+run:
 	FLOW_CUBLAS_TRY(cublasLtMatmul(lt, op, &one, a, la, b, lb, &zero, d, ld,
-				       d, ld, &found.algo, ws, ws_bytes, stream),
+				       d, ld, &pick->algo, ws, ws_bytes, stream),
 			out);
 	FLOW_TRY(flow_cuda__cublaslt_used(stream, diag), out);
 	*done = true;

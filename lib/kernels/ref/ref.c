@@ -72,14 +72,6 @@ void flow_ref_matmul_backward(float *dinp, float *dweight, float *dbias,
  * (kernels/host_bf16.c), so its sums are exact but for one rounding. */
 FLOW_HOST_BF16_MATMULS(flow_ref)
 
-/* Whether the shard [row0, row0 + rows) holds token, as its row v. */
-static bool ref_held(int32_t token, int64_t row0, size_t rows, size_t *v)
-{
-	int64_t row = (int64_t)token - row0;
-	*v = (size_t)row;
-	return row >= 0 && row < (int64_t)rows;
-}
-
 void flow_ref_embedding_forward(float *out, const int32_t *tokens,
 				const float *wte, const float *wpe,
 				int64_t row0, size_t rows, size_t B, size_t T,
@@ -87,11 +79,12 @@ void flow_ref_embedding_forward(float *out, const int32_t *tokens,
 {
 	for (size_t b = 0; b < B; b++) {
 		for (size_t t = 0; t < T; t++) {
-			size_t v;
-			bool held = ref_held(tokens[b * T + t], row0, rows, &v);
+			int64_t v = flow_embedding_row(tokens[b * T + t], row0,
+						       rows);
 			for (size_t c = 0; c < C; c++)
 				out[(b * T + t) * C + c] = (float)(
-					(held ? (double)wte[v * C + c] : 0.0) +
+					(v >= 0 ? (double)wte[(size_t)v * C + c] :
+						  0.0) +
 					(double)wpe[t * C + c]);
 		}
 	}
@@ -112,9 +105,10 @@ void flow_ref_embedding_backward(float *dwte, float *dwpe, const float *dout,
 			bool seen = false;
 			for (size_t q = 0; q < p && !seen; q++)
 				seen = tokens[q] == tokens[p];
-			size_t v;
-			if (seen || !ref_held(tokens[p], row0, rows, &v))
+			int64_t row = flow_embedding_row(tokens[p], row0, rows);
+			if (seen || row < 0)
 				continue;
+			size_t v = (size_t)row;
 			for (size_t c = 0; c < C; c++) {
 				double acc = 0.0;
 				for (size_t q = p; q < npos; q++)
