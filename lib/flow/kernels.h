@@ -160,22 +160,30 @@ typedef void flow_matmul_gelu_forward_fn(float *pre, float *out,
 
 /* ---- causal multi-head self-attention ----------------------------------- */
 /* qkv is (B,T,3C): q, k, v concatenated on the last dimension, each split
- * into NH heads of C/NH channels.  out is (B,T,C).  att is (B,NH,T,T) and
- * receives the softmax probabilities (zero above the diagonal), kept for
- * backward.  Scale 1/sqrt(C/NH). */
-typedef void flow_attention_forward_fn(float *out, float *att,
+ * into NH heads of C/NH channels.  out is (B,T,C).  Scale 1/sqrt(C/NH).
+ *
+ * What the forward pass keeps for backward is lse (B,NH,T): the natural
+ * log of the sum of exp(score) over each row's causal columns, with
+ * score = scale q.k.  From it the backward pass recomputes each
+ * probability as exp(score - lse), the same expression, on the same
+ * scores, that the forward pass weighted v with: O(B NH T) saved instead
+ * of the O(B NH T^2) probabilities, for one more q.k^T product in
+ * backward.  The probabilities live only in scratch, one batch row of
+ * heads at a time. */
+typedef void flow_attention_forward_fn(float *out, float *lse, void *scratch,
 				       const float *qkv, size_t B, size_t T,
 				       size_t C, size_t NH);
-/* Bytes of scratch the same set's attention backward pass needs for these
- * sizes (each set says what it keeps there); contents need not be
- * initialised and are garbage afterwards. */
+/* Bytes of scratch the same set's attention forward or backward pass
+ * needs for these sizes (each set says what it keeps there); contents
+ * need not be initialised and are garbage afterwards. */
 typedef size_t flow_attention_scratch_bound_fn(size_t B, size_t T, size_t C,
 					       size_t NH);
-/* dqkv (B,T,3C) += gradient of out w.r.t. qkv.  scratch holds at least the
- * set's attention_scratch_bound() bytes, 64-byte aligned. */
+/* dqkv (B,T,3C) += gradient of out w.r.t. qkv, from the forward pass's
+ * lse.  scratch, for both passes, holds at least the set's
+ * attention_scratch_bound() bytes, 64-byte aligned. */
 typedef void flow_attention_backward_fn(float *dqkv, void *scratch,
 					const float *dout, const float *qkv,
-					const float *att, size_t B, size_t T,
+					const float *lse, size_t B, size_t T,
 					size_t C, size_t NH);
 
 /* ---- residual add -------------------------------------------------------- */
@@ -422,7 +430,8 @@ FLOW_EXPORT flow_gelu_forward_fn flow_cpu_gelu_forward;
 FLOW_EXPORT flow_gelu_backward_fn flow_cpu_gelu_backward;
 FLOW_EXPORT flow_matmul_gelu_forward_fn flow_cpu_matmul_gelu_forward;
 FLOW_EXPORT flow_attention_forward_fn flow_cpu_attention_forward;
-/* The gradient of att: B*NH*T*T floats. */
+/* The probabilities and their gradient for one batch row: 2*NH*T*T
+ * floats. */
 FLOW_EXPORT flow_attention_scratch_bound_fn flow_cpu_attention_scratch_bound;
 FLOW_EXPORT flow_attention_backward_fn flow_cpu_attention_backward;
 FLOW_EXPORT flow_residual_forward_fn flow_cpu_residual_forward;

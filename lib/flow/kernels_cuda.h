@@ -222,26 +222,29 @@ FLOW_EXPORT flow_err_t flow_cuda_gelu_backward(float *dinp, const float *inp,
 					       cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* ---- causal multi-head self-attention ------------------------------------ */
-/* As flow_cpu_attention_forward; needs no scratch (att holds the scores
- * before it holds the probabilities). */
-FLOW_EXPORT flow_err_t flow_cuda_attention_forward(float *out, float *att,
+/* As flow_cpu_attention_forward: lse (B,NH,T) is kept, the probabilities
+ * of one batch row at a time live in scratch, device memory of at least
+ * flow_cuda_attention_scratch_bound() bytes, 16-byte aligned. */
+FLOW_EXPORT flow_err_t flow_cuda_attention_forward(float *out, float *lse,
+						   void *scratch,
 						   const float *qkv, size_t B,
 						   size_t T, size_t C,
 						   size_t NH,
 						   flow_diag_t *diag,
 						   cudaStream_t stream) FLOW_MUST_CHECK;
-/* Bytes of device scratch the backward pass needs (B*NH*T*T floats); 0 when
- * the product overflows size_t (then the backward pass reports
- * FLOW_ERR_RANGE).  A pure function: no device is touched. */
+/* Bytes of device scratch either pass needs (2*NH*T*T floats: one batch
+ * row's probabilities and their gradient); 0 when the product overflows
+ * size_t (then the passes report FLOW_ERR_RANGE).  A pure function: no
+ * device is touched. */
 FLOW_EXPORT size_t flow_cuda_attention_scratch_bound(size_t B, size_t T,
 						     size_t C, size_t NH);
-/* dqkv += gradient; scratch is device memory of at least
- * flow_cuda_attention_scratch_bound() bytes, 16-byte aligned. */
+/* dqkv += gradient, the probabilities recomputed from lse; scratch as
+ * the forward pass's. */
 FLOW_EXPORT flow_err_t flow_cuda_attention_backward(float *dqkv,
 						    void *scratch,
 						    const float *dout,
 						    const float *qkv,
-						    const float *att, size_t B,
+						    const float *lse, size_t B,
 						    size_t T, size_t C,
 						    size_t NH,
 						    flow_diag_t *diag,

@@ -51,11 +51,14 @@ FLOW_EXPORT flow_gelu_forward_fn flow_ref_gelu_forward;
 FLOW_EXPORT flow_gelu_backward_fn flow_ref_gelu_backward;
 FLOW_EXPORT flow_matmul_gelu_forward_fn flow_ref_matmul_gelu_forward;
 
-/* One (b, h, t) row at a time. */
+/* One (b, h, t) row at a time: lse in double, rounded; out from the
+ * probabilities of the rounded lse. */
 FLOW_EXPORT flow_attention_forward_fn flow_ref_attention_forward;
-/* One T x T matrix of doubles: the score gradients of one head. */
+/* Two T x T matrices of doubles: the probabilities of one head and their
+ * gradients. */
 FLOW_EXPORT flow_attention_scratch_bound_fn flow_ref_attention_scratch_bound;
-/* dv[s] = sum_t att[t,s] dout[t]; datt[t,s] = dout[t].v[s];
+/* att[t,s] = exp(scale q[t].k[s] - lse[t]);
+ * dv[s] = sum_t att[t,s] dout[t]; datt[t,s] = dout[t].v[s];
  * dpre[t,s] = att[t,s] (datt[t,s] - sum_s' att[t,s'] datt[t,s']);
  * dq[t] = sum_s dpre[t,s] k[s] / sqrt(hs); dk[s] = sum_t dpre[t,s] q[t] /
  * sqrt(hs). */

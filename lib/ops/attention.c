@@ -1,12 +1,13 @@
 /* attention: causal multi-head self-attention over a fused qkv[B,T,3C]
  * (q, k, v concatenated, each split into attrs.heads heads), saving the
- * softmax probabilities [B,NH,T,T] for the backward op, which writes
- * dqkv and needs scratch. */
+ * log-sum-exp of each row's scores, lse[B,NH,T], for the backward op,
+ * which recomputes the probabilities from it and writes dqkv.  Both hold
+ * one batch row's probabilities in scratch. */
 #include <config.h>
 
 #include "ops_internal.h"
 
-enum { OUT, PROBS };
+enum { OUT, LSE };
 
 static flow_err_t attention_infer(const flow_graph_t *g,
 				  const flow_graph_op_t *op,
@@ -34,15 +35,16 @@ static flow_err_t attention_infer(const flow_graph_t *g,
 				     "%s: %u heads do not divide C %lld",
 				     op->name, NH, (long long)C);
 	shapes_out[OUT] = (flow_shape_t){ .ndim = 3, .dims = { B, T, C } };
-	shapes_out[PROBS] =
-		(flow_shape_t){ .ndim = 4, .dims = { B, NH, T, T } };
-	dtypes_out[OUT] = dtypes_out[PROBS] = FLOW_DTYPE_F32;
+	shapes_out[LSE] = (flow_shape_t){ .ndim = 3, .dims = { B, NH, T } };
+	dtypes_out[OUT] = dtypes_out[LSE] = FLOW_DTYPE_F32;
 	return FLOW_OK;
 }
 
 /* The two products q.k^T and probs.v, counted over the full T x T square
  * as the 12 L T C of the PaLM MFU convention does: 2 * 2 B T T C forward,
- * twice that backward.  The softmax is left out. */
+ * twice that backward.  The softmax is left out, and so is the q.k^T that
+ * backward recomputes: that is this implementation's work, not the
+ * model's. */
 static double attention_macs(const flow_graph_t *g, const flow_graph_op_t *fwd)
 {
 	const flow_shape_t *qkv = flow_op_in_shape(g, fwd, 0);
@@ -61,25 +63,29 @@ static double attention_backward_flops(const flow_graph_t *g,
 	return 4.0 * attention_macs(g, flow_op_forward_of(g, op));
 }
 
+/* One batch row's probabilities and their gradient, (2,NH,T,T) in f32:
+ * what a kernel set needs at most for either pass.  The executor asks its
+ * kernel set for its own figure (the reference set keeps doubles). */
+static size_t attention_rows_scratch(const flow_graph_t *g,
+				     const flow_graph_op_t *fwd)
+{
+	const flow_shape_t *qkv = flow_op_in_shape(g, fwd, 0);
+	size_t T = (size_t)qkv->dims[1];
+
+	return 2 * fwd->attrs.heads * T * T * sizeof(float);
+}
+
 static size_t attention_backward_scratch(const flow_graph_t *g,
 					 const flow_graph_op_t *op)
 {
-	const flow_graph_op_t *f = flow_op_forward_of(g, op);
-	const flow_shape_t *qkv = flow_op_in_shape(g, f, 0);
-	size_t B = (size_t)qkv->dims[0], T = (size_t)qkv->dims[1];
-
-	/* The gradient of the probabilities, as large as they are
-	 * (B,NH,T,T): what a kernel set needs at most to differentiate
-	 * the softmax.  The executor asks its kernel set for its own
-	 * figure (the reference set keeps doubles). */
-	return B * f->attrs.heads * T * T * sizeof(float);
+	return attention_rows_scratch(g, flow_op_forward_of(g, op));
 }
 
 /* ---- SBP signatures ---------------------------------------------------------
  *
  * Per mesh axis:
- *   batch  qkv S(0) -> out S(0), probs S(0)
- *   heads  qkv S(3) -> out S(2), probs S(1), on the 5-D view only:
+ *   batch  qkv S(0) -> out S(0), lse S(0)
+ *   heads  qkv S(3) -> out S(2), lse S(1), on the 5-D view only:
  *          qkv [B,T,3,NH,hs], out [B,T,NH,hs]
  * In the graph's fused qkv [B,T,3C] a rank's heads are three separate
  * column ranges (its q, k and v heads), which no split of the last axis
@@ -90,7 +96,7 @@ static flow_err_t attention_sig_rule(const flow_sig_query_t *q,
 				     flow_sig_builder_t *b, flow_diag_t *diag)
 {
 	const flow_shape_t *qkv = &q->in[0];
-	flow_shape_t out, probs;
+	flow_shape_t out, lse;
 	int64_t B, T, NH, hs;
 	flow_sig_t *s;
 
@@ -132,22 +138,21 @@ static flow_err_t attention_sig_rule(const flow_sig_query_t *q,
 		out = (flow_shape_t){ .ndim = 3, .dims = { B, T, NH * hs } };
 	else
 		out = (flow_shape_t){ .ndim = 4, .dims = { B, T, NH, hs } };
-	probs = (flow_shape_t){ .ndim = 4, .dims = { B, NH, T, T } };
+	lse = (flow_shape_t){ .ndim = 3, .dims = { B, NH, T } };
 	if (!flow_shape_equal(&q->out[OUT], &out))
 		return flow_sig_mismatch(q, diag, "out", &q->out[OUT], "qkv",
 					 qkv, "%s", flow_shape_text(&out).s);
-	if (q->nout > PROBS && !flow_shape_equal(&q->out[PROBS], &probs))
-		return flow_sig_mismatch(q, diag, "probs", &q->out[PROBS],
-					 "qkv", qkv, "%s",
-					 flow_shape_text(&probs).s);
+	if (q->nout > LSE && !flow_shape_equal(&q->out[LSE], &lse))
+		return flow_sig_mismatch(q, diag, "lse", &q->out[LSE], "qkv",
+					 qkv, "%s", flow_shape_text(&lse).s);
 
 	s = flow_sig_push(b, "batch");
-	s->in[0] = s->out[OUT] = s->out[PROBS] = FLOW_SIG_S(0);
+	s->in[0] = s->out[OUT] = s->out[LSE] = FLOW_SIG_S(0);
 	if (qkv->ndim == 5) {
 		s = flow_sig_push(b, "heads");
 		s->in[0] = FLOW_SIG_S(3);
 		s->out[OUT] = FLOW_SIG_S(2);
-		s->out[PROBS] = FLOW_SIG_S(1);
+		s->out[LSE] = FLOW_SIG_S(1);
 	}
 	return FLOW_OK;
 }
@@ -158,12 +163,12 @@ static const flow_sig_op_t attention_sig = {
 	.nout = 2,
 	.nout_min = 1,
 	.in_names = { "qkv" },
-	.out_names = { "out", "probs" },
+	.out_names = { "out", "lse" },
 	.rule = attention_sig_rule,
 };
 
 /* The backward op's, by the adjoint (flow_sig_adjoint): dout, qkv and
- * probs split as forward give dqkv split as qkv. */
+ * lse split as forward give dqkv split as qkv. */
 static flow_err_t attention_backward_sig_rule(const flow_sig_query_t *q,
 					      flow_sig_builder_t *b,
 					      flow_diag_t *diag)
@@ -175,7 +180,7 @@ static flow_err_t attention_backward_sig_rule(const flow_sig_query_t *q,
 	f.in[0] = q->in[1];
 	f.in_present[0] = true;
 	f.out[OUT] = q->in[0];
-	f.out[PROBS] = q->in[2];
+	f.out[LSE] = q->in[2];
 	return flow_sig_adjoint(&f, &flow_op_attention_info, b, diag);
 }
 
@@ -184,7 +189,7 @@ static const flow_sig_op_t attention_backward_sig = {
 	.nin_min = 3,
 	.nout = 1,
 	.nout_min = 1,
-	.in_names = { "dout", "qkv", "probs" },
+	.in_names = { "dout", "qkv", "lse" },
 	.out_names = { "dqkv" },
 	.rule = attention_backward_sig_rule,
 };
@@ -198,17 +203,17 @@ const flow_op_info_t flow_op_attention_info = {
 		.nin = 1,
 		.nout = 2,
 		.in_names = { "qkv" },
-		.out_names = { "out", "probs" },
+		.out_names = { "out", "lse" },
 		.backward_kind = FLOW_OP_ATTENTION_BACKWARD,
 		.infer = attention_infer,
 		.backward = flow_op_backward_rule,
 		.flops = attention_flops,
-		.scratch = flow_op_no_scratch,
+		.scratch = attention_rows_scratch,
 	},
 	.sig = &attention_sig,
-	.saved_out = 1u << PROBS,
+	.saved_out = 1u << LSE,
 	.nsaved = 2,
-	.saved = { FLOW_OP_FWD_IN(0), FLOW_OP_FWD_OUT(PROBS) },
+	.saved = { FLOW_OP_FWD_IN(0), FLOW_OP_FWD_OUT(LSE) },
 };
 
 const flow_op_info_t flow_op_attention_backward_info = {
@@ -217,7 +222,7 @@ const flow_op_info_t flow_op_attention_backward_info = {
 		.name = "attention_backward",
 		.nin = 3,
 		.nout = 1,
-		.in_names = { "dout", "qkv", "probs" },
+		.in_names = { "dout", "qkv", "lse" },
 		.out_names = { "dqkv" },
 		.accumulates = 1,
 		.backward_kind = FLOW_OP_ATTENTION_BACKWARD,

@@ -298,6 +298,18 @@ static flow_err_t parse_op(flow_textrec_t *r, flow_plan_t *p, plan_caps_t *c)
 	return o->nout < 0 ? (flow_err_t)o->nout : FLOW_OK;
 }
 
+/* Plans written before attention kept its log-sum-exps name its saved
+ * output NAME.probs, with the layout the NAME.lse that replaced it has
+ * (split as the heads and the batch are): they are read as that. */
+static void rename_attention_probs(char *name)
+{
+	static const char old[] = ".probs", new[] = ".lse";
+	size_t n = strlen(name), k = sizeof(old) - 1;
+
+	if (n > k && strcmp(name + n - k, old) == 0)
+		memcpy(name + n - k, new, sizeof(new));
+}
+
 static flow_err_t parse_tensor(flow_textrec_t *r, flow_plan_t *p,
 			       plan_caps_t *c)
 {
@@ -315,6 +327,7 @@ static flow_err_t parse_tensor(flow_textrec_t *r, flow_plan_t *p,
 	if (!copy_name(t->name, sizeof(t->name), r->fields[1]))
 		return flow_textrec_error(r, "tensor name '%s' is too long",
 					  r->fields[1]);
+	rename_attention_probs(t->name);
 	t->role = role;
 	t->line = r->line;
 	return parse_sbp(r, r->fields[3], &t->sbp);

@@ -156,16 +156,16 @@ static void exec_op_dims(const flow_graph_t *g, const flow_graph_op_t *op,
 	}
 }
 
-/* Bytes of scratch op needs from this kernel set: attention's backward
- * pass, and every matmul with bf16 GEMMs, for its rounded operands; each
- * set says how much (the reference attention keeps its sums in double), so
- * not the op definition's figure, which is the gradient of the
- * probabilities in f32. */
+/* Bytes of scratch op needs from this kernel set: attention, forward and
+ * backward, for a batch row's probabilities, and every matmul with bf16
+ * GEMMs, for its rounded operands; each set says how much (the reference
+ * attention keeps doubles), so not the op definition's f32 figure. */
 static size_t exec_op_scratch(const flow_exec_t *x, const flow_graph_op_t *op)
 {
 	size_t d[DIM_COUNT];
 
 	switch (op->kind) {
+	case FLOW_OP_ATTENTION:
 	case FLOW_OP_ATTENTION_BACKWARD:
 		exec_op_dims(x->g, op, d);
 		return x->kernels->attention_scratch_bound(d[DIM_B], d[DIM_T],
@@ -643,8 +643,8 @@ static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o,
 					   d[DIM_OUT]);
 		break;
 	case FLOW_OP_ATTENTION:
-		k->attention_forward(out[0], out[1], in[0], d[DIM_B], d[DIM_T],
-				     d[DIM_C], d[DIM_NH]);
+		k->attention_forward(out[0], out[1], x->scratch, in[0],
+				     d[DIM_B], d[DIM_T], d[DIM_C], d[DIM_NH]);
 		break;
 	case FLOW_OP_ATTENTION_BACKWARD:
 		k->attention_backward(out[0], x->scratch, in[0], in[1], in[2],

@@ -643,10 +643,10 @@ assert_check_fails() {
 	flow-plan --model gpt2-124m --mesh 2x4 --axes dp,tp --batch 32 --seq-len 1024 >big.plan
 	printf 'memory 1\n' >small.prof
 	run -1 --separate-stderr flow-plan --check big.plan --cluster small.prof
-	[ "$stderr" = "flow-plan: big.plan: a rank needs 16.59 GiB (params 0.12, grads 0.12, optimizer 0.24, activations 16.12), more than the cluster's 1.00 GiB" ]
+	[ "$stderr" = "flow-plan: big.plan: a rank needs 7.60 GiB (params 0.12, grads 0.12, optimizer 0.24, activations 7.13), more than the cluster's 1.00 GiB" ]
 	printf '# H100\nmemory 80\n' >big.prof
 	run -0 --separate-stderr flow-plan --check big.plan --cluster big.prof
-	[ "${lines[2]}" = "# cluster big.prof: 80.00 GiB per rank, 16.59 GiB needed" ]
+	[ "${lines[2]}" = "# cluster big.prof: 80.00 GiB per rank, 7.60 GiB needed" ]
 	# ZeRO 1 takes the optimizer state down by the dp size.
 	flow-plan --model gpt2-124m --mesh 2x4 --axes dp,tp --batch 32 --seq-len 1024 --zero 1 >z1.plan
 	run -1 --separate-stderr flow-plan --check z1.plan --cluster small.prof

@@ -189,9 +189,9 @@ dp_plan() {
 @test "flow-train refuses a plan whose mesh cannot split a dimension, naming its line" {
 	# 2 heads cannot be split over 3 ranks.
 	flow-plan --model "$MODEL" --mesh 3 --axes tp --batch 4 --seq-len 32 |
-		sed 's/^tensor h.0.attn.probs saved (B)$/tensor h.0.attn.probs saved (S(1))/' >e.plan
+		sed 's/^tensor h.0.attn.lse saved (B)$/tensor h.0.attn.lse saved (S(1))/' >e.plan
 	run -1 --separate-stderr flow-train --nproc 3 --plan e.plan --data "$DATA" --steps 2
-	printf '%s\n' "$stderr" | grep -Fxq "flow-train: e.plan:74: tensor 'h.0.attn.probs': (S(1)) on 3:tp: dimension 1 of (4,2,32,32) has 2 elements left for 3 ranks of axis 'tp'"
+	printf '%s\n' "$stderr" | grep -Fxq "flow-train: e.plan:74: tensor 'h.0.attn.lse': (S(1)) on 3:tp: dimension 1 of (4,2,32) has 2 elements left for 3 ranks of axis 'tp'"
 }
 
 @test "flow-train --plan takes the model and batch from the plan only" {

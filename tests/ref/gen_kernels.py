@@ -185,9 +185,12 @@ def attention_ref(qkv, B, T, C, NH):
     v = v.view(B, T, NH, hs).transpose(1, 2)
     pre = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
     mask = torch.ones(T, T, dtype=torch.bool).tril()
-    att = torch.softmax(pre.masked_fill(~mask, float("-inf")), dim=-1)
+    pre = pre.masked_fill(~mask, float("-inf"))
+    att = torch.softmax(pre, dim=-1)
     y = (att @ v).transpose(1, 2).reshape(B, T, C)
-    return y, att
+    # What the forward pass keeps for backward: (B, NH, T).
+    lse = torch.logsumexp(pre, dim=-1)
+    return y, lse
 
 
 def attention_cases():
@@ -202,11 +205,11 @@ def attention_cases():
         qkv = randn(g, B, T, 3 * C)
         dout = randn(g, B, T, C)
         x = qkv.to(F64).requires_grad_()
-        y, att = attention_ref(x, B, T, C, NH)
+        y, lse = attention_ref(x, B, T, C, NH)
         y.backward(dout.to(F64))
         cases[name] = {"dims": np.array([B, T, C, NH], np.int32),
                        "qkv": f32(qkv), "dout": f32(dout), "out": f32(y),
-                       "att": f32(att), "dqkv": f32(x.grad)}
+                       "lse": f32(lse), "dqkv": f32(x.grad)}
     return cases
 
 

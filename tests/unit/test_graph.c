@@ -228,8 +228,8 @@ static void test_graph_add_op_names_outputs_and_infers_shapes(void **state)
 	int at = add_op(&g, FLOW_OP_ATTENTION, "attn", INS(qkv), &heads);
 	assert_int_equal(g.ops[at].attrs.heads, 2);
 	SHAPE_IS(&g, g.ops[at].out[0], 2, 3, 8);
-	SHAPE_IS(&g, g.ops[at].out[1], 2, 2, 3, 3);
-	assert_string_equal(g.tensors[g.ops[at].out[1]].name, "attn.probs");
+	SHAPE_IS(&g, g.ops[at].out[1], 2, 2, 3);
+	assert_string_equal(g.tensors[g.ops[at].out[1]].name, "attn.lse");
 	assert_int_equal(g.tensors[g.ops[at].out[1]].role, FLOW_ROLE_SAVED);
 
 	int ge = add_op(&g, FLOW_OP_GELU, "gelu", INS(g.ops[at].out[0]), NULL);

@@ -415,10 +415,14 @@ static void test_kernels_threads_residual_backward(void **state)
 static void attention_forward_run(float *out)
 {
 	float *qkv = buf_random(AT_B * AT_T * 3 * AT_C, 22, 2.0f);
+	void *scratch = flow_alloc(
+		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH));
 
-	flow_cpu_attention_forward(out, out + AT_B * AT_T * AT_C, qkv, AT_B,
-				   AT_T, AT_C, AT_NH);
+	assert_non_null(scratch);
+	flow_cpu_attention_forward(out, out + AT_B * AT_T * AT_C, scratch, qkv,
+				   AT_B, AT_T, AT_C, AT_NH);
 	flow_free(qkv);
+	flow_free(scratch);
 }
 
 static void attention_backward_run(float *out)
@@ -426,19 +430,20 @@ static void attention_backward_run(float *out)
 	float *qkv = buf_random(AT_B * AT_T * 3 * AT_C, 22, 2.0f);
 	float *dout = buf_random(AT_B * AT_T * AT_C, 23, 1.0f);
 	float *y = flow_alloc(AT_B * AT_T * AT_C * sizeof(float));
-	float *att = flow_alloc(AT_B * AT_NH * AT_T * AT_T * sizeof(float));
+	float *lse = flow_alloc(AT_B * AT_NH * AT_T * sizeof(float));
 	void *scratch = flow_alloc(
 		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH));
 
-	assert_true(y && att && scratch);
-	flow_cpu_attention_forward(y, att, qkv, AT_B, AT_T, AT_C, AT_NH);
+	assert_true(y && lse && scratch);
+	flow_cpu_attention_forward(y, lse, scratch, qkv, AT_B, AT_T, AT_C,
+				   AT_NH);
 	fill_random(out, AT_B * AT_T * 3 * AT_C, 24, 0.5f);
-	flow_cpu_attention_backward(out, scratch, dout, qkv, att, AT_B, AT_T,
+	flow_cpu_attention_backward(out, scratch, dout, qkv, lse, AT_B, AT_T,
 				    AT_C, AT_NH);
 	flow_free(qkv);
 	flow_free(dout);
 	flow_free(y);
-	flow_free(att);
+	flow_free(lse);
 	flow_free(scratch);
 }
 
@@ -446,7 +451,7 @@ static void test_kernels_threads_attention_forward(void **state)
 {
 	(void)state;
 	threads_check("attention forward", attention_forward_run,
-		      AT_B * AT_T * AT_C + AT_B * AT_NH * AT_T * AT_T);
+		      AT_B * AT_T * AT_C + AT_B * AT_NH * AT_T);
 }
 
 static void test_kernels_threads_attention_backward(void **state)

@@ -100,6 +100,32 @@ static void test_plan_check_summarises_boxings_and_memory(void **state)
 	flow_plan_free(p);
 }
 
+/* A plan from before attention kept log-sum-exps names its saved tensor
+ * h.0.attn.probs: it is read as h.0.attn.lse, checks, and prints as
+ * today's plan does. */
+static void test_plan_check_reads_attention_probs_as_lse(void **state)
+{
+	(void)state;
+	flow_plan_t *p = planutil_standard(PLANUTIL_SMALL, "2x2", "dp,tp", 4, 0);
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_plan_t *q = NULL;
+	size_t n, m;
+	char *t = planutil_text(p, &n), *u;
+
+	if (planutil_parse_edited(t, "tensor h.0.attn.lse saved",
+				  "tensor h.0.attn.probs saved", &q,
+				  &diag) != FLOW_OK)
+		fail_msg("%s", diag.msg);
+	assert_int_equal(flow_plan_check(q, 4, NULL, NULL, &diag), FLOW_OK);
+	u = planutil_text(q, &m);
+	assert_int_equal(m, n);
+	assert_string_equal(u, t);
+	flow_plan_free(q);
+	flow_plan_free(p);
+	free(t);
+	free(u);
+}
+
 static double gib(uint64_t bytes)
 {
 	return (double)bytes / 1073741824.0;
@@ -149,6 +175,7 @@ int main(void)
 		cmocka_unit_test(test_plan_check_errors_name_the_line),
 		cmocka_unit_test(test_plan_check_summarises_boxings_and_memory),
 		cmocka_unit_test(test_plan_check_holds_memory_to_the_cluster),
+		cmocka_unit_test(test_plan_check_reads_attention_probs_as_lse),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -168,27 +168,29 @@ static const float attn_qkv[6] = { 1.0f, 0.0f, 2.0f,
 
 static void test_ref_attention_causal_t2_by_hand(void **state)
 {
-	float out[2], att[4];
+	float out[2], lse[2];
+	double scratch[8];
 
-	flow_ref_attention_forward(out, att, attn_qkv, 1, 2, 1, 1);
-	assert_close(att[0], 1.0, TOL); /* row 0 sees only itself */
-	assert_close(att[1], 0.0, TOL); /* above the diagonal */
-	assert_close(att[2], 0.25, TOL);
-	assert_close(att[3], 0.75, TOL);
+	assert_true(flow_ref_attention_scratch_bound(1, 2, 1, 1) <=
+		    sizeof(scratch));
+	flow_ref_attention_forward(out, lse, scratch, attn_qkv, 1, 2, 1, 1);
+	assert_close(lse[0], 0.0, TOL); /* row 0 sees only itself: log e^0 */
+	assert_close(lse[1], 1.3862943611198906, TOL); /* log(1 + 3) */
 	assert_close(out[0], 2.0, TOL);
 	assert_close(out[1], 5.0, 2e-6);
 }
 
 static void test_ref_attention_backward_t2_by_hand(void **state)
 {
-	const float att[4] = { 1.0f, 0.0f, 0.25f, 0.75f };
+	/* The probabilities (1, 0; 1/4, 3/4) as the forward pass keeps them. */
+	const float lse[2] = { 0.0f, 1.3862943611198906f };
 	const float dout[2] = { 0.0f, 1.0f };
 	float dqkv[6] = { 0 };
-	double scratch[4];
+	double scratch[8];
 
 	assert_true(flow_ref_attention_scratch_bound(1, 2, 1, 1) <=
 		    sizeof(scratch));
-	flow_ref_attention_backward(dqkv, scratch, dout, attn_qkv, att, 1, 2,
+	flow_ref_attention_backward(dqkv, scratch, dout, attn_qkv, lse, 1, 2,
 				    1, 1);
 	/* datt[1,:] = v = (2, 6); sum att*datt = 5;
 	 * dpre[1,:] = (0.25 * (2 - 5), 0.75 * (6 - 5)) = (-0.75, 0.75).

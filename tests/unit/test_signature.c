@@ -425,7 +425,7 @@ static void test_signature_attention_list(void **state)
 	/* The graph's fused qkv: batch only. */
 	IN(&q, 4, 6, 24);
 	OUT(&q, 4, 6, 8);
-	OUT(&q, 4, 2, 6, 6);
+	OUT(&q, 4, 2, 6);
 	q.attrs.heads = 2;
 	LIST_IS(&q,
 		"batch: S(0) -> S(0),S(0)",
@@ -434,7 +434,7 @@ static void test_signature_attention_list(void **state)
 	q = query("attention");
 	IN(&q, 4, 6, 3, 2, 4);
 	OUT(&q, 4, 6, 2, 4);
-	OUT(&q, 4, 2, 6, 6);
+	OUT(&q, 4, 2, 6);
 	q.attrs.heads = 2;
 	LIST_IS(&q,
 		"batch: S(0) -> S(0),S(0)",
@@ -730,7 +730,7 @@ static void test_signature_other_backward_lists(void **state)
 	q = query("attention_backward");
 	IN(&q, 4, 6, 8);
 	IN(&q, 4, 6, 24);
-	IN(&q, 4, 2, 6, 6);
+	IN(&q, 4, 2, 6);
 	OUT(&q, 4, 6, 24);
 	q.attrs.heads = 2;
 	LIST_IS(&q, "batch: S(0),S(0),S(0) -> S(0)",

@@ -236,54 +236,66 @@ static double qkv_at(const float *qkv, size_t b, size_t t, size_t part,
 	return (double)qkv[(b * T + t) * 3 * C + part * C + h * hs + d];
 }
 
-void flow_ref_attention_forward(float *out, float *att, const float *qkv,
-				size_t B, size_t T, size_t C, size_t NH)
+/* scale q(t) . k(s) of head h in batch row b. */
+static double attention_score(const float *qkv, size_t b, size_t h, size_t t,
+			      size_t s, size_t T, size_t C, size_t hs)
+{
+	double sc = 0.0;
+
+	for (size_t d = 0; d < hs; d++)
+		sc += qkv_at(qkv, b, t, 0, h, d, T, C, hs) *
+		      qkv_at(qkv, b, s, 1, h, d, T, C, hs);
+	return sc / sqrt((double)hs);
+}
+
+/* One head's probabilities from lse, as the contract defines them:
+ * p[t*T + s] = exp(score - lse[t]) for s <= t.  The scores are recomputed,
+ * in double, where they are needed rather than kept. */
+static void attention_probs(double *p, const float *qkv, const float *lse,
+			    size_t b, size_t h, size_t T, size_t C, size_t hs)
+{
+	for (size_t t = 0; t < T; t++)
+		for (size_t s = 0; s <= t; s++)
+			p[t * T + s] = exp(attention_score(qkv, b, h, t, s, T,
+							   C, hs) -
+					   (double)lse[t]);
+}
+
+void flow_ref_attention_forward(float *out, float *lse, void *scratch,
+				const float *qkv, size_t B, size_t T, size_t C,
+				size_t NH)
 {
 	size_t hs = C / NH;
-	double scale = 1.0 / sqrt((double)hs);
+	double *p = scratch; /* p[t*T + s], s <= t, of one head */
 
 	for (size_t b = 0; b < B; b++) {
 		for (size_t h = 0; h < NH; h++) {
+			float *l = lse + (b * NH + h) * T;
 			for (size_t t = 0; t < T; t++) {
-				float *arow = att + ((b * NH + h) * T + t) * T;
-				double mx = -INFINITY, sum = 0.0;
-				/* Scores are recomputed in each pass rather
-				 * than kept: the forward pass has no scratch. */
+				double mx = -INFINITY, sum = 0.0, sc;
 				for (size_t s = 0; s <= t; s++) {
-					double sc = 0.0;
-					for (size_t d = 0; d < hs; d++)
-						sc += qkv_at(qkv, b, t, 0, h, d, T, C, hs) *
-						      qkv_at(qkv, b, s, 1, h, d, T, C, hs);
-					mx = fmax(mx, sc * scale);
+					sc = attention_score(qkv, b, h, t, s, T,
+							     C, hs);
+					mx = fmax(mx, sc);
 				}
 				for (size_t s = 0; s <= t; s++) {
-					double sc = 0.0;
-					for (size_t d = 0; d < hs; d++)
-						sc += qkv_at(qkv, b, t, 0, h, d, T, C, hs) *
-						      qkv_at(qkv, b, s, 1, h, d, T, C, hs);
-					sum += exp(sc * scale - mx);
+					sc = attention_score(qkv, b, h, t, s, T,
+							     C, hs);
+					sum += exp(sc - mx);
 				}
-				for (size_t s = 0; s < T; s++) {
-					if (s > t) {
-						arow[s] = 0.0f;
-						continue;
-					}
-					double sc = 0.0;
-					for (size_t d = 0; d < hs; d++)
-						sc += qkv_at(qkv, b, t, 0, h, d, T, C, hs) *
-						      qkv_at(qkv, b, s, 1, h, d, T, C, hs);
-					arow[s] = (float)(exp(sc * scale - mx) / sum);
-				}
-				/* out uses the stored probabilities, as the
-				 * backward pass does. */
+				l[t] = (float)(mx + log(sum));
+			}
+			/* out weighs v with the probabilities of the rounded
+			 * lse, the ones the backward pass sees. */
+			attention_probs(p, qkv, l, b, h, T, C, hs);
+			for (size_t t = 0; t < T; t++)
 				for (size_t d = 0; d < hs; d++) {
 					double acc = 0.0;
 					for (size_t s = 0; s <= t; s++)
-						acc += (double)arow[s] *
+						acc += p[t * T + s] *
 						       qkv_at(qkv, b, s, 2, h, d, T, C, hs);
 					out[(b * T + t) * C + h * hs + d] = (float)acc;
 				}
-			}
 		}
 	}
 }
@@ -291,20 +303,25 @@ void flow_ref_attention_forward(float *out, float *att, const float *qkv,
 size_t flow_ref_attention_scratch_bound(size_t B, size_t T, size_t C,
 					size_t NH)
 {
-	return T * T * sizeof(double);
+	(void)B;
+	(void)C;
+	(void)NH;
+	return 2 * T * T * sizeof(double);
 }
 
 void flow_ref_attention_backward(float *dqkv, void *scratch, const float *dout,
-				 const float *qkv, const float *att, size_t B,
+				 const float *qkv, const float *lse, size_t B,
 				 size_t T, size_t C, size_t NH)
 {
 	size_t hs = C / NH;
 	double scale = 1.0 / sqrt((double)hs);
-	double *dpre = scratch; /* dpre[t*T + s], s <= t, of one head */
+	double *a = scratch;	      /* probabilities of one head */
+	double *dpre = a + T * T; /* dpre[t*T + s], s <= t, of one head */
 
 	for (size_t b = 0; b < B; b++) {
 		for (size_t h = 0; h < NH; h++) {
-			const float *a = att + (b * NH + h) * T * T;
+			attention_probs(a, qkv, lse + (b * NH + h) * T, b, h, T,
+					C, hs);
 			for (size_t t = 0; t < T; t++) {
 				double dot = 0.0;
 				for (size_t s = 0; s <= t; s++) {
@@ -313,10 +330,10 @@ void flow_ref_attention_backward(float *dqkv, void *scratch, const float *dout,
 						datt += (double)dout[(b * T + t) * C + h * hs + d] *
 							qkv_at(qkv, b, s, 2, h, d, T, C, hs);
 					dpre[t * T + s] = datt;
-					dot += (double)a[t * T + s] * datt;
+					dot += a[t * T + s] * datt;
 				}
 				for (size_t s = 0; s <= t; s++)
-					dpre[t * T + s] = (double)a[t * T + s] *
+					dpre[t * T + s] = a[t * T + s] *
 							  (dpre[t * T + s] - dot);
 			}
 			for (size_t t = 0; t < T; t++) {
@@ -331,7 +348,7 @@ void flow_ref_attention_backward(float *dqkv, void *scratch, const float *dout,
 					for (size_t u = t; u < T; u++) {
 						dk += dpre[u * T + t] *
 						      qkv_at(qkv, b, u, 0, h, d, T, C, hs);
-						dv += (double)a[u * T + t] *
+						dv += a[u * T + t] *
 						      (double)dout[(b * T + u) * C + h * hs + d];
 					}
 					float *g = dqkv + (b * T + t) * 3 * C + h * hs + d;
