@@ -55,6 +55,8 @@ static const char help_text[] =
 	"                           backward, against the two kernels in turn\n"
 	"  matmul_bf16   N,IN,OUT   matmul with bf16 GEMM operands (flow-train\n"
 	"                           --precision bf16), against fp32 sgemm\n"
+	"  attention_bf16 B,T,C,NH  attention with bf16 operands (--precision\n"
+	"                           bf16)\n"
 	"  all                      every kernel above with its default shapes\n"
 	"\n"
 	"Options:\n"

@@ -751,9 +751,12 @@ static flow_err_t bench_gelu(bench_ctx_t *c)
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
+/* attention, or attention_bf16: its products on bf16 operands, against the
+ * reference's bf16 form. */
 static flow_err_t bench_attention(bench_ctx_t *c)
 {
 	const flow_bench_config_t *cfg = c->cfg;
+	const bool bf16 = c->k == FLOW_BENCH_ATTENTION_BF16;
 	size_t B = D(0), T = D(1), C = D(2), NH = D(3), hs = C / NH;
 	size_t BTC = B * T * C, LSE = B * NH * T;
 	/* The probabilities, written to scratch and read back. */
@@ -779,26 +782,27 @@ static flow_err_t bench_attention(bench_ctx_t *c)
 	fill_normal(qkv, 3 * BTC, cfg, STREAM_A, 0.0f, 1.0f);
 	fill_normal(dout, BTC, cfg, STREAM_B, 0.0f, 1.0f);
 
-	flow_cpu_attention_forward(out, lse, scratch, qkv, B, T, C, NH);
-	flow_ref_attention_forward(out_ref, lse_ref, scratch_ref, qkv, B, T, C,
-				   NH);
+	flow_cpu_attention_forward(out, lse, scratch, bf16, qkv, B, T, C, NH);
+	flow_ref_attention_forward(out_ref, lse_ref, scratch_ref, bf16, qkv, B,
+				   T, C, NH);
 	record_check(fwd, out, out_ref, BTC);
 	record_check(fwd, lse, lse_ref, LSE);
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
-			 flow_cpu_attention_forward(out, lse, scratch, qkv, B,
-						    T, C, NH));
+			 flow_cpu_attention_forward(out, lse, scratch, bf16,
+						    qkv, B, T, C, NH));
 	record_time(c, fwd, pairs * (4.0 * hs + 4.0),
 		    4.0 * (4.0 * BTC + 2.0 * att + (double)LSE));
 
 	/* Both backward passes read the reference lse. */
-	flow_cpu_attention_backward(dqkv, scratch, dout, qkv, lse_ref, B, T, C,
-				    NH);
-	flow_ref_attention_backward(dqkv_ref, scratch_ref, dout, qkv, lse_ref,
-				    B, T, C, NH);
+	flow_cpu_attention_backward(dqkv, scratch, bf16, dout, qkv, lse_ref, B,
+				    T, C, NH);
+	flow_ref_attention_backward(dqkv_ref, scratch_ref, bf16, dout, qkv,
+				    lse_ref, B, T, C, NH);
 	record_check(bwd, dqkv, dqkv_ref, 3 * BTC);
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
-			 flow_cpu_attention_backward(dqkv, scratch, dout, qkv,
-						     lse_ref, B, T, C, NH));
+			 flow_cpu_attention_backward(dqkv, scratch, bf16, dout,
+						     qkv, lse_ref, B, T, C,
+						     NH));
 	/* Five products, the recomputed q.k^T among them. */
 	record_time(c, bwd, pairs * (10.0 * hs + 6.0),
 		    4.0 * (10.0 * BTC + 6.0 * att + (double)LSE));
@@ -1134,6 +1138,9 @@ static const bench_kernel_t bench_kernels[FLOW_BENCH_NKERNELS] = {
 				       SHAPE(256, 768, 3072),
 				       SHAPE(256, 3072, 768),
 				       SHAPE(256, 768, 50304) } },
+	[FLOW_BENCH_ATTENTION_BF16] = { "attention_bf16", "B,T,C,NH", 4, 4,
+					1e-2, 1e-3, bench_attention, 1,
+					{ SHAPE(4, 64, 768, 12) } },
 };
 
 static const bench_kernel_t *kernel_entry(flow_bench_kernel_t k)
@@ -1229,6 +1236,7 @@ static bool shape_fits(flow_bench_kernel_t k, const uint64_t *d, size_t nd)
 	case FLOW_BENCH_RESLN:
 		return flow_mul_size(d[0], d[1], &x) && flow_mul_size(x, f, &x);
 	case FLOW_BENCH_ATTENTION:
+	case FLOW_BENCH_ATTENTION_BF16:
 		return flow_mul_size(d[0], d[1], &x) && flow_mul_size(x, d[2], &x) &&
 		       flow_mul_size(x, 3 * f, &x) && flow_mul_size(d[0], d[3], &y) &&
 		       flow_mul_size(y, d[1], &y) && flow_mul_size(y, d[1], &y) &&
@@ -1256,10 +1264,11 @@ flow_err_t flow_bench_shape_parse(flow_bench_kernel_t k, const char *text,
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "invalid shape '%s' for %s: expected %s",
 				     text, e->name, e->syntax);
-	if (k == FLOW_BENCH_ATTENTION && d[2] % d[3] != 0)
+	if ((k == FLOW_BENCH_ATTENTION || k == FLOW_BENCH_ATTENTION_BF16) &&
+	    d[2] % d[3] != 0)
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
-				     "invalid shape '%s' for attention: NH must divide C",
-				     text);
+				     "invalid shape '%s' for %s: NH must divide C",
+				     text, e->name);
 	if (k == FLOW_BENCH_CROSSENTROPY && (d[1] > d[2] || d[1] > INT32_MAX))
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
 				     "invalid shape '%s' for crossentropy: V must not exceed VP (or 2^31-1)",

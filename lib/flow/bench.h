@@ -54,6 +54,7 @@ typedef enum {
 			   * the two kernels in turn */
 	FLOW_BENCH_MATMUL_BF16, /* matmul with bf16 GEMM operands, against
 				 * the fp32 sgemms */
+	FLOW_BENCH_ATTENTION_BF16, /* attention with bf16 operands */
 	FLOW_BENCH_NKERNELS
 } flow_bench_kernel_t;
 

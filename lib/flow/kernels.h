@@ -169,19 +169,28 @@ typedef void flow_matmul_gelu_forward_fn(float *pre, float *out,
  * scores, that the forward pass weighted v with: O(B NH T) saved instead
  * of the O(B NH T^2) probabilities, for one more q.k^T product in
  * backward.  The probabilities live only in scratch, one batch row of
- * heads at a time. */
+ * heads at a time.  Backward, dpre = scale P (dP - rowsum(P dP)) is the
+ * gradient of q.k^T, with dP = dout.v^T; dq = dpre.k, dk = dpre^T.q and
+ * dv = P^T.dout.
+ *
+ * bf16 (mixed precision) rounds the operands of those products to bf16,
+ * to nearest even, and sums them in fp32, as the bf16 matmul does (a
+ * GPU's tensor cores, or the host's fp32 GEMM on the rounded values):
+ * q, k, v and dout; P where it multiplies (out = P.v, dv = P^T.dout)
+ * while the softmax and its backward use it unrounded; dpre where it
+ * multiplies.  Flash attention's bf16 kernels round the same operands. */
 typedef void flow_attention_forward_fn(float *out, float *lse, void *scratch,
-				       const float *qkv, size_t B, size_t T,
-				       size_t C, size_t NH);
+				       bool bf16, const float *qkv, size_t B,
+				       size_t T, size_t C, size_t NH);
 /* Bytes of scratch the same set's attention forward or backward pass
- * needs for these sizes (each set says what it keeps there); contents
- * need not be initialised and are garbage afterwards. */
+ * needs for these sizes, in either precision (each set says what it keeps
+ * there); contents need not be initialised and are garbage afterwards. */
 typedef size_t flow_attention_scratch_bound_fn(size_t B, size_t T, size_t C,
 					       size_t NH);
 /* dqkv (B,T,3C) += gradient of out w.r.t. qkv, from the forward pass's
- * lse.  scratch, for both passes, holds at least the set's
- * attention_scratch_bound() bytes, 64-byte aligned. */
-typedef void flow_attention_backward_fn(float *dqkv, void *scratch,
+ * lse, in the forward pass's precision.  scratch, for both passes, holds
+ * at least the set's attention_scratch_bound() bytes, 64-byte aligned. */
+typedef void flow_attention_backward_fn(float *dqkv, void *scratch, bool bf16,
 					const float *dout, const float *qkv,
 					const float *lse, size_t B, size_t T,
 					size_t C, size_t NH);
@@ -430,8 +439,8 @@ FLOW_EXPORT flow_gelu_forward_fn flow_cpu_gelu_forward;
 FLOW_EXPORT flow_gelu_backward_fn flow_cpu_gelu_backward;
 FLOW_EXPORT flow_matmul_gelu_forward_fn flow_cpu_matmul_gelu_forward;
 FLOW_EXPORT flow_attention_forward_fn flow_cpu_attention_forward;
-/* The probabilities and their gradient for one batch row: 2*NH*T*T
- * floats. */
+/* The probabilities and their gradient for one batch row, and with bf16
+ * its rounded qkv and dout: 2*NH*T*T + 4*T*C floats. */
 FLOW_EXPORT flow_attention_scratch_bound_fn flow_cpu_attention_scratch_bound;
 FLOW_EXPORT flow_attention_backward_fn flow_cpu_attention_backward;
 FLOW_EXPORT flow_residual_forward_fn flow_cpu_residual_forward;

@@ -226,14 +226,15 @@ FLOW_EXPORT flow_err_t flow_cuda_gelu_backward(float *dinp, const float *inp,
  * of one batch row at a time live in scratch, device memory of at least
  * flow_cuda_attention_scratch_bound() bytes, 16-byte aligned. */
 FLOW_EXPORT flow_err_t flow_cuda_attention_forward(float *out, float *lse,
-						   void *scratch,
+						   void *scratch, bool bf16,
 						   const float *qkv, size_t B,
 						   size_t T, size_t C,
 						   size_t NH,
 						   flow_diag_t *diag,
 						   cudaStream_t stream) FLOW_MUST_CHECK;
-/* Bytes of device scratch either pass needs (2*NH*T*T floats: one batch
- * row's probabilities and their gradient); 0 when the product overflows
+/* Bytes of device scratch either pass needs in either precision (one
+ * batch row's probabilities and their gradient in fp32 and bf16, and its
+ * qkv and dout in bf16: about 12*NH*T*T + 8*T*C); 0 when that overflows
  * size_t (then the passes report FLOW_ERR_RANGE).  A pure function: no
  * device is touched. */
 FLOW_EXPORT size_t flow_cuda_attention_scratch_bound(size_t B, size_t T,
@@ -241,7 +242,7 @@ FLOW_EXPORT size_t flow_cuda_attention_scratch_bound(size_t B, size_t T,
 /* dqkv += gradient, the probabilities recomputed from lse; scratch as
  * the forward pass's. */
 FLOW_EXPORT flow_err_t flow_cuda_attention_backward(float *dqkv,
-						    void *scratch,
+						    void *scratch, bool bf16,
 						    const float *dout,
 						    const float *qkv,
 						    const float *lse, size_t B,

@@ -54,14 +54,14 @@ FLOW_EXPORT flow_matmul_gelu_forward_fn flow_ref_matmul_gelu_forward;
 /* One (b, h, t) row at a time: lse in double, rounded; out from the
  * probabilities of the rounded lse. */
 FLOW_EXPORT flow_attention_forward_fn flow_ref_attention_forward;
-/* Two T x T matrices of doubles: the probabilities of one head and their
- * gradients. */
+/* Two T x T matrices of doubles (the probabilities of one head and their
+ * gradients), and for bf16 the rounded qkv and dout. */
 FLOW_EXPORT flow_attention_scratch_bound_fn flow_ref_attention_scratch_bound;
 /* att[t,s] = exp(scale q[t].k[s] - lse[t]);
  * dv[s] = sum_t att[t,s] dout[t]; datt[t,s] = dout[t].v[s];
  * dpre[t,s] = att[t,s] (datt[t,s] - sum_s' att[t,s'] datt[t,s']);
  * dq[t] = sum_s dpre[t,s] k[s] / sqrt(hs); dk[s] = sum_t dpre[t,s] q[t] /
- * sqrt(hs). */
+ * sqrt(hs); with bf16, what the contract rounds rounded from float. */
 FLOW_EXPORT flow_attention_backward_fn flow_ref_attention_backward;
 
 FLOW_EXPORT flow_residual_forward_fn flow_ref_residual_forward;

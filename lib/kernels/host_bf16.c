@@ -8,8 +8,7 @@
 
 #include "host_bf16_internal.h"
 
-static void round_into(float *restrict out, const float *restrict in,
-		       size_t n)
+void flow_host_round_bf16(float *out, const float *in, size_t n)
 {
 #pragma omp parallel for schedule(static)
 	for (size_t i = 0; i < n; i++)
@@ -35,10 +34,10 @@ void flow_host_matmul_bf16_forward(flow_matmul_forward_fn *fp32, float *out,
 
 	if (n == 0 || out_dim == 0)
 		return;
-	round_into(w, weight, out_dim * in_dim);
+	flow_host_round_bf16(w, weight, out_dim * in_dim);
 	for (size_t r0 = 0; r0 < n; r0 += rows) {
 		size_t m = n - r0 < rows ? n - r0 : rows;
-		round_into(x, inp + r0 * in_dim, m * in_dim);
+		flow_host_round_bf16(x, inp + r0 * in_dim, m * in_dim);
 		fp32(out + r0 * out_dim, x, w, bias, m, in_dim, out_dim);
 	}
 }
@@ -59,12 +58,12 @@ void flow_host_matmul_bf16_backward(flow_matmul_backward_fn *fp32,
 	if (n == 0 || out_dim == 0 || (!dinp && !dweight))
 		return;
 	if (dinp)
-		round_into(w, weight, out_dim * in_dim);
+		flow_host_round_bf16(w, weight, out_dim * in_dim);
 	for (size_t r0 = 0; r0 < n; r0 += rows) {
 		size_t m = n - r0 < rows ? n - r0 : rows;
-		round_into(g, dout + r0 * out_dim, m * out_dim);
+		flow_host_round_bf16(g, dout + r0 * out_dim, m * out_dim);
 		if (dweight)
-			round_into(x, inp + r0 * in_dim, m * in_dim);
+			flow_host_round_bf16(x, inp + r0 * in_dim, m * in_dim);
 		fp32(dinp ? dinp + r0 * in_dim : NULL, dweight, NULL, g, x, w,
 		     m, in_dim, out_dim);
 	}

@@ -12,6 +12,10 @@
  * that a panel's sgemm runs at full speed, small beside the logits. */
 #define FLOW_HOST_BF16_PANEL ((size_t)1 << 24)
 
+/* out[i] = in[i] rounded to bf16 (flow_round_bf16), n elements; out may
+ * be in. */
+void flow_host_round_bf16(float *out, const float *in, size_t n);
+
 size_t flow_host_matmul_bf16_scratch_bound(size_t n, size_t in_dim,
 					   size_t out_dim);
 void flow_host_matmul_bf16_forward(flow_matmul_forward_fn *fp32, float *out,

@@ -63,16 +63,18 @@ static double attention_backward_flops(const flow_graph_t *g,
 	return 4.0 * attention_macs(g, flow_op_forward_of(g, op));
 }
 
-/* One batch row's probabilities and their gradient, (2,NH,T,T) in f32:
- * what a kernel set needs at most for either pass.  The executor asks its
- * kernel set for its own figure (the reference set keeps doubles). */
+/* One batch row's probabilities and their gradient, (2,NH,T,T) in f32,
+ * and for bf16 the row's qkv and dout rounded, (4,T,C) counted as f32:
+ * the CPU set's figure, for either pass and precision.  The executor asks
+ * its kernel set for its own (the reference set keeps doubles, the CUDA
+ * set bf16 copies of the probabilities too). */
 static size_t attention_rows_scratch(const flow_graph_t *g,
 				     const flow_graph_op_t *fwd)
 {
 	const flow_shape_t *qkv = flow_op_in_shape(g, fwd, 0);
-	size_t T = (size_t)qkv->dims[1];
+	size_t T = (size_t)qkv->dims[1], C = (size_t)qkv->dims[2] / 3;
 
-	return 2 * fwd->attrs.heads * T * T * sizeof(float);
+	return (2 * fwd->attrs.heads * T * T + 4 * T * C) * sizeof(float);
 }
 
 static size_t attention_backward_scratch(const flow_graph_t *g,

@@ -643,12 +643,14 @@ static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o,
 					   d[DIM_OUT]);
 		break;
 	case FLOW_OP_ATTENTION:
-		k->attention_forward(out[0], out[1], x->scratch, in[0],
-				     d[DIM_B], d[DIM_T], d[DIM_C], d[DIM_NH]);
+		k->attention_forward(out[0], out[1], x->scratch, x->bf16_gemms,
+				     in[0], d[DIM_B], d[DIM_T], d[DIM_C],
+				     d[DIM_NH]);
 		break;
 	case FLOW_OP_ATTENTION_BACKWARD:
-		k->attention_backward(out[0], x->scratch, in[0], in[1], in[2],
-				      d[DIM_B], d[DIM_T], d[DIM_C], d[DIM_NH]);
+		k->attention_backward(out[0], x->scratch, x->bf16_gemms, in[0],
+				      in[1], in[2], d[DIM_B], d[DIM_T],
+				      d[DIM_C], d[DIM_NH]);
 		break;
 	case FLOW_OP_GELU:
 		k->gelu_forward(out[0], in[0], d[DIM_N]);

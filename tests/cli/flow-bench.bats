@@ -186,6 +186,15 @@ run_kernel() {
 	run_kernel attention 2,11,48,4
 }
 
+@test "flow-bench kernel attention_bf16 checks the bf16 attention" {
+	run_kernel attention_bf16 2,11,48,4
+	tsv_rows "$output" | awk -F'\t' '
+		$1 != "attention_bf16" { next }
+		$12 == 0 || $13 != 0 { bad = 1 }
+		{ n++ }
+		END { exit bad || n != 2 }'
+}
+
 @test "flow-bench kernel residual passes bit for bit" {
 	run_kernel residual 4097
 	[[ "$output" == *"# kernel residual: rtol 0, atol 0,"* ]]

@@ -44,8 +44,9 @@ parity() {
 }
 
 @test "flow-train --precision bf16 matches PyTorch with bf16 GEMM operands" {
-	# PyTorch rounds the same operands (torch_gpt.bf16_linear); the
-	# tolerances are bf16's (gpt_parity.py, TOLERANCES).
+	# PyTorch rounds the same operands (torch_gpt.bf16_linear and
+	# bf16_attention); the tolerances are bf16's (gpt_parity.py,
+	# TOLERANCES).
 	parity --precision bf16
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"ok    step-1 gradients: worst "* ]]

@@ -53,6 +53,11 @@
  *   hs = 64 terms, softmax in float: lse (a max plus the log of a sum
  *   >= 1) atol 1e-5 rtol 1e-5; out atol 1e-5 rtol 1e-4; dqkv (sums over T
  *   of products) atol 5e-5 rtol 1e-3.
+ * - attention with bf16 products: both sides round the same q, k, v, dout,
+ *   probabilities and dpre, so mostly only sum order differs; but a
+ *   probability within fp32 rounding of a bf16 boundary rounds to its
+ *   neighbour on one side and moves its terms by 2^-8 relative: lse as
+ *   fp32; out and dqkv atol 1e-3 rtol 1e-2 (a wrong index is order 1).
  * - cross-entropy (logits U(-4,4), V = 50257 of Vp = 50304, a quarter of
  *   the targets negative): both sum exp in double; expf differs by <= 2 ulp:
  *   losses atol 1e-5 rtol 1e-5, dlogits atol 1e-9 rtol 1e-4 (the padding
@@ -681,8 +686,12 @@ static void test_gelu(void)
 	free_all();
 }
 
-static void test_attention(void)
+/* tol: lse rtol, out atol and rtol, dqkv atol and rtol (the header's). */
+static void test_attention(bool bf16)
 {
+	static const double fp32_tol[5] = { 1e-5, 1e-5, 1e-4, 5e-5, 1e-3 };
+	static const double bf16_tol[5] = { 1e-5, 1e-3, 1e-2, 1e-3, 1e-2 };
+	const double *tol = bf16 ? bf16_tol : fp32_tol;
 	const size_t B = TB, T = TT, C = TC, NH = TNH;
 	const size_t nqkv = B * T * 3 * C, nout = B * T * C;
 	const size_t nlse = B * NH * T;
@@ -704,28 +713,29 @@ static void test_attention(void)
 								      NH));
 	float *d_lse_cpu = NULL;
 
-	check_init(&c, "attention_forward");
-	flow_cpu_attention_forward(out, lse, scratch, qkv, B, T, C, NH);
-	CU(flow_cuda_attention_forward(d_out, d_lse, d_scratch, d_qkv, B, T, C,
-				       NH, &g_diag, g_stream));
-	check_floats(&c, "lse", lse, d_lse, nlse, 1e-5, 1e-5);
-	check_floats(&c, "out", out, d_out, nout, 1e-5, 1e-4);
-	TIME_US(us, flow_cuda_attention_forward(d_out, d_lse, d_scratch, d_qkv,
-						B, T, C, NH, &g_diag,
+	check_init(&c, bf16 ? "attention_bf16_forward" : "attention_forward");
+	flow_cpu_attention_forward(out, lse, scratch, bf16, qkv, B, T, C, NH);
+	CU(flow_cuda_attention_forward(d_out, d_lse, d_scratch, bf16, d_qkv, B,
+				       T, C, NH, &g_diag, g_stream));
+	check_floats(&c, "lse", lse, d_lse, nlse, 1e-5, tol[0]);
+	check_floats(&c, "out", out, d_out, nout, tol[1], tol[2]);
+	TIME_US(us, flow_cuda_attention_forward(d_out, d_lse, d_scratch, bf16,
+						d_qkv, B, T, C, NH, &g_diag,
 						g_stream));
 	report(&c, us);
 
 	/* Backward from the CPU's lse on both sides. */
-	check_init(&c, "attention_backward");
+	check_init(&c, bf16 ? "attention_bf16_backward" : "attention_backward");
 	d_lse_cpu = dev_floats(lse, nlse);
-	flow_cpu_attention_backward(dqkv, scratch, dout, qkv, lse, B, T, C, NH);
-	CU(flow_cuda_attention_backward(d_dqkv, d_scratch, d_dout, d_qkv,
+	flow_cpu_attention_backward(dqkv, scratch, bf16, dout, qkv, lse, B, T,
+				    C, NH);
+	CU(flow_cuda_attention_backward(d_dqkv, d_scratch, bf16, d_dout, d_qkv,
 					d_lse_cpu, B, T, C, NH, &g_diag,
 					g_stream));
-	check_floats(&c, "dqkv", dqkv, d_dqkv, nqkv, 5e-5, 1e-3);
-	TIME_US(us, flow_cuda_attention_backward(d_dqkv, d_scratch, d_dout,
-						 d_qkv, d_lse_cpu, B, T, C, NH,
-						 &g_diag, g_stream));
+	check_floats(&c, "dqkv", dqkv, d_dqkv, nqkv, tol[3], tol[4]);
+	TIME_US(us, flow_cuda_attention_backward(d_dqkv, d_scratch, bf16,
+						 d_dout, d_qkv, d_lse_cpu, B,
+						 T, C, NH, &g_diag, g_stream));
 	report(&c, us);
 	free_all();
 }
@@ -1161,7 +1171,8 @@ int main(void)
 	test_embedding(300, 400);
 	test_layernorm();
 	test_gelu();
-	test_attention();
+	test_attention(false);
+	test_attention(true);
 	test_residual();
 	test_cross_entropy();
 	test_cross_entropy_split();

@@ -213,6 +213,53 @@ def attention_cases():
     return cases
 
 
+def bf16(t):
+    """t (float64) as a kernel rounds it: to float32, then to bfloat16 to
+    nearest even; back in float64."""
+    return t.to(torch.float32).to(torch.bfloat16).to(F64)
+
+
+def attention_bf16_ref(qkv, dout, B, T, C, NH):
+    """--precision bf16's attention (flow/kernels.h), written out in
+    float64: q, k, v and dout rounded, the probabilities rounded where
+    they multiply v and dout, dpre rounded where it multiplies q and k."""
+    hs = C // NH
+    scale = 1.0 / math.sqrt(hs)
+    heads = lambda x: x.view(B, T, NH, hs).transpose(1, 2)
+    q, k, v = (heads(x) for x in bf16(qkv).split(C, dim=2))
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    s = (q @ k.transpose(-2, -1) * scale).masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None])
+    y = (bf16(p) @ v).transpose(1, 2).reshape(B, T, C)
+    g = heads(bf16(dout))
+    dp = g @ v.transpose(-2, -1)
+    dpre = bf16(scale * p * (dp - (p * dp).sum(-1, keepdim=True)))
+    dq = dpre @ k
+    dk = dpre.transpose(-2, -1) @ q
+    dv = bf16(p).transpose(-2, -1) @ g
+    merge = lambda x: x.transpose(1, 2).reshape(B, T, C)
+    return y, lse, torch.cat([merge(dq), merge(dk), merge(dv)], dim=2)
+
+
+def attention_bf16_cases():
+    cases = {}
+    for name, (B, T, C, NH, seed) in {
+        "attention_bf16_small": (2, 5, 12, 3, 45),
+        "attention_bf16_odd": (2, 17, 15, 5, 46),
+        "attention_bf16_t64": (1, 64, 32, 2, 47),
+    }.items():
+        g = gen(seed)
+        qkv = randn(g, B, T, 3 * C)
+        dout = randn(g, B, T, C)
+        y, lse, dqkv = attention_bf16_ref(qkv.to(F64), dout.to(F64), B, T,
+                                          C, NH)
+        cases[name] = {"dims": np.array([B, T, C, NH], np.int32),
+                       "qkv": f32(qkv), "dout": f32(dout), "out": f32(y),
+                       "lse": f32(lse), "dqkv": f32(dqkv)}
+    return cases
+
+
 def residual_cases():
     g = gen(51)
     a, b, dout = randn(g, 37), randn(g, 37), randn(g, 37)
@@ -321,7 +368,7 @@ def main(argv):
     torch.set_num_threads(1)
     total = 0
     for make in (matmul_cases, matmul_bf16_cases, embedding_cases, layernorm_cases, gelu_cases,
-                 attention_cases, residual_cases, cross_entropy_cases,
+                 attention_cases, attention_bf16_cases, residual_cases, cross_entropy_cases,
                  adamw_cases, grad_norm_cases):
         for name, arrays in make().items():
             total += write_fixture(os.path.join(outdir, name + ".bin"),

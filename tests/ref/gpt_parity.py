@@ -56,13 +56,15 @@ import tempfile
 # rounds the same operands to bf16, but float32 sums that differ in their
 # last bit can round an operand to the neighbouring bf16 value (2^-8
 # apart), so the bounds are a bf16 rounding of the element (grad_rtol
-# 2^-8) or of a thousandth of its tensor's scale; the worst case measured
-# is under 0.6 of each (tests/ref/README.md).
+# 2^-8) or of 2e-3 of its tensor's scale (the attention's probabilities
+# and their gradient are rounded operands too, and their flips reach
+# c_attn's gradient); the worst case measured over seven seeds is under
+# 0.6 of it, an fp32 run 1.7 (tests/ref/README.md).
 TOLERANCES = {
     "fp32": dict(loss=1e-5, norm=1e-5, grad_rtol=1e-4, grad_atol=5e-7,
                  grad_scale=0.0),
     "bf16": dict(loss=1e-4, norm=5e-4, grad_rtol=2.0 ** -8, grad_atol=0.0,
-                 grad_scale=1e-3),
+                 grad_scale=2e-3),
 }
 # The optimizer's step 1 on flow's own gradients (identical inputs):
 # float32 rounding only.
@@ -100,7 +102,7 @@ def parse_args(argv):
     ap.add_argument("--precision", choices=sorted(TOLERANCES),
                     default="fp32", help="flow-train's --precision; bf16: "
                     "PyTorch rounds every GEMM operand to bfloat16 too "
-                    "(torch_gpt.bf16_linear)")
+                    "(torch_gpt.bf16_linear, torch_gpt.bf16_attention)")
     ap.add_argument("--threads", type=int,
                     default=min(2, os.cpu_count() or 1),
                     help="torch.set_num_threads and OMP_NUM_THREADS of "

@@ -23,8 +23,9 @@ What it holds, each written from flow's own definitions:
   pre-LayerNorm blocks (eps 1e-5) with causal attention from a fused c_attn
   and GELU(tanh) MLP; logits = ln_f(x) @ wte^T over the padded vocabulary
   Vp; cross-entropy over the first V columns only.  With linear=
-  bf16_linear, every GEMM takes bf16-rounded operands as flow's
-  --precision bf16 does (flow/kernels.h, matmul with bf16 GEMM operands).
+  bf16_linear and attend=bf16_attention, every GEMM takes bf16-rounded
+  operands as flow's --precision bf16 does (flow/kernels.h, matmul and
+  attention with bf16 GEMM operands).
 - lr_at: flow_lr_at (lib/flow/optim.h), in double, rounded to float once.
 - Trainer: K micro-batches per step, each micro-batch's mean loss scaled by
   1/K before backward; clip_grad_norm_ (clip 0 = measure only);
@@ -422,18 +423,65 @@ def bf16_linear(x, w, b=None):
     return _Bf16Linear.apply(x, w, b)
 
 
-def gpt_forward(p, cfg, idx, targets=None, linear=F.linear, sdpa=False):
+def causal_attention(q, k, v):
+    """Causal attention over q, k, v [B,NH,T,hs], written out."""
+    T, hs = q.shape[-2], q.shape[-1]
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+    att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+    return att @ v
+
+
+def sdpa_attention(q, k, v):
+    """Causal attention through PyTorch 2's fused kernels."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class _Bf16Attention(torch.autograd.Function):
+    """causal_attention with flow's bf16 products (flow/kernels.h,
+    attention): q, k, v and the output's gradient rounded to bfloat16; the
+    probabilities rounded where they multiply v and the gradient, dpre =
+    scale p (dp - rowsum(p dp)) where it multiplies q and k; the softmax
+    and its backward on the unrounded probabilities, every sum in the
+    inputs' dtype."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        T, hs = q.shape[-2], q.shape[-1]
+        qr, kr, vr = _round_bf16(q), _round_bf16(k), _round_bf16(v)
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        s = (qr @ kr.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        p = s.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        ctx.save_for_backward(qr, kr, vr, p)
+        return _round_bf16(p) @ vr
+
+    @staticmethod
+    def backward(ctx, g):
+        qr, kr, vr, p = ctx.saved_tensors
+        gr = _round_bf16(g)
+        dp = gr @ vr.transpose(-2, -1)
+        scale = 1.0 / math.sqrt(qr.shape[-1])
+        dpre = _round_bf16(scale * (p * (dp - (p * dp).sum(-1, True))))
+        return (dpre @ kr, dpre.transpose(-2, -1) @ qr,
+                _round_bf16(p).transpose(-2, -1) @ gr)
+
+
+def bf16_attention(q, k, v):
+    return _Bf16Attention.apply(q, k, v)
+
+
+def gpt_forward(p, cfg, idx, targets=None, linear=F.linear,
+                attend=causal_attention):
     """Forward of GPT-2 on idx [B,T] with parameters p {name: tensor}, its
-    projections through linear (F.linear, or bf16_linear), its attention
-    through F.scaled_dot_product_attention with sdpa (PyTorch 2: fused
-    kernels on a GPU; the benchmarks' PyTorch at its best) or written out
-    (the references).  Returns (logits [B,T,Vp], mean cross-entropy over
-    the first V columns or None)."""
+    projections through linear (F.linear, or bf16_linear) and its
+    attention through attend (causal_attention, the references';
+    bf16_attention; or sdpa_attention, the benchmarks' PyTorch at its
+    best).  Returns (logits [B,T,Vp], mean cross-entropy over the first V
+    columns or None)."""
     B, T = idx.shape
     C, NH, V = cfg["dim"], cfg["heads"], cfg["vocab"]
     hs = C // NH
     x = F.embedding(idx, p["wte"]) + p["wpe"][:T]
-    mask = torch.ones(T, T, dtype=torch.bool, device=idx.device).triu(1)
     for i in range(cfg["layers"]):
         h = f"h.{i}."
         a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"],
@@ -444,12 +492,7 @@ def gpt_forward(p, cfg, idx, targets=None, linear=F.linear, sdpa=False):
         q = q.view(B, T, NH, hs).transpose(1, 2)
         k = k.view(B, T, NH, hs).transpose(1, 2)
         v = v.view(B, T, NH, hs).transpose(1, 2)
-        if sdpa:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-            att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
-            y = att @ v
+        y = attend(q, k, v)
         y = y.transpose(1, 2).reshape(B, T, C)
         x = x + linear(y, p[h + "attn.c_proj.weight"],
                        p[h + "attn.c_proj.bias"])
@@ -523,17 +566,20 @@ class Trainer:
         """autocast: None, or a dtype (torch.bfloat16) the forward pass
         runs in under torch.autocast, weights staying dtype;
         compile_model: the forward through torch.compile; bf16_gemms:
-        every projection through bf16_linear (flow's --precision bf16);
+        every projection through bf16_linear and the attention through
+        bf16_attention (flow's --precision bf16);
         fast: PyTorch's fastest equivalents for a benchmark, the fused
         attention (sdpa) and fused AdamW (on a GPU), not the reference's
         arithmetic."""
         self.cfg, self.hp = cfg, hp
         self.device, self.autocast = torch.device(device), autocast
         linear = bf16_linear if bf16_gemms else F.linear
+        attend = (sdpa_attention if fast else
+                  bf16_attention if bf16_gemms else causal_attention)
 
         def forward(p, cfg, idx, targets=None):
             return gpt_forward(p, cfg, idx, targets, linear=linear,
-                               sdpa=fast)
+                               attend=attend)
         self.forward = torch.compile(forward) if compile_model else forward
         self.names = [n for n, _ in param_shapes(cfg)]
         self.params = {}

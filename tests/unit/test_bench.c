@@ -153,6 +153,7 @@ static const char *const tiny_shapes[FLOW_BENCH_NKERNELS] = {
 	[FLOW_BENCH_GRADNORM] = "1001,3",
 	[FLOW_BENCH_RESLN] = "7,33",
 	[FLOW_BENCH_MATMUL_BF16] = "13,37,29",
+	[FLOW_BENCH_ATTENTION_BF16] = "2,7,24,3",
 };
 
 static void test_bench_every_kernel_passes_on_a_tiny_shape(void **state)

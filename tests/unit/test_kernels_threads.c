@@ -419,8 +419,8 @@ static void attention_forward_run(float *out)
 		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH));
 
 	assert_non_null(scratch);
-	flow_cpu_attention_forward(out, out + AT_B * AT_T * AT_C, scratch, qkv,
-				   AT_B, AT_T, AT_C, AT_NH);
+	flow_cpu_attention_forward(out, out + AT_B * AT_T * AT_C, scratch,
+				   false, qkv, AT_B, AT_T, AT_C, AT_NH);
 	flow_free(qkv);
 	flow_free(scratch);
 }
@@ -435,11 +435,11 @@ static void attention_backward_run(float *out)
 		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH));
 
 	assert_true(y && lse && scratch);
-	flow_cpu_attention_forward(y, lse, scratch, qkv, AT_B, AT_T, AT_C,
-				   AT_NH);
+	flow_cpu_attention_forward(y, lse, scratch, false, qkv, AT_B, AT_T,
+				   AT_C, AT_NH);
 	fill_random(out, AT_B * AT_T * 3 * AT_C, 24, 0.5f);
-	flow_cpu_attention_backward(out, scratch, dout, qkv, lse, AT_B, AT_T,
-				    AT_C, AT_NH);
+	flow_cpu_attention_backward(out, scratch, false, dout, qkv, lse, AT_B,
+				    AT_T, AT_C, AT_NH);
 	flow_free(qkv);
 	flow_free(dout);
 	flow_free(y);

@@ -169,11 +169,12 @@ static const float attn_qkv[6] = { 1.0f, 0.0f, 2.0f,
 static void test_ref_attention_causal_t2_by_hand(void **state)
 {
 	float out[2], lse[2];
-	double scratch[8];
+	double scratch[16];
 
 	assert_true(flow_ref_attention_scratch_bound(1, 2, 1, 1) <=
 		    sizeof(scratch));
-	flow_ref_attention_forward(out, lse, scratch, attn_qkv, 1, 2, 1, 1);
+	flow_ref_attention_forward(out, lse, scratch, false, attn_qkv, 1, 2, 1,
+				   1);
 	assert_close(lse[0], 0.0, TOL); /* row 0 sees only itself: log e^0 */
 	assert_close(lse[1], 1.3862943611198906, TOL); /* log(1 + 3) */
 	assert_close(out[0], 2.0, TOL);
@@ -186,12 +187,12 @@ static void test_ref_attention_backward_t2_by_hand(void **state)
 	const float lse[2] = { 0.0f, 1.3862943611198906f };
 	const float dout[2] = { 0.0f, 1.0f };
 	float dqkv[6] = { 0 };
-	double scratch[8];
+	double scratch[16];
 
 	assert_true(flow_ref_attention_scratch_bound(1, 2, 1, 1) <=
 		    sizeof(scratch));
-	flow_ref_attention_backward(dqkv, scratch, dout, attn_qkv, lse, 1, 2,
-				    1, 1);
+	flow_ref_attention_backward(dqkv, scratch, false, dout, attn_qkv, lse,
+				    1, 2, 1, 1);
 	/* datt[1,:] = v = (2, 6); sum att*datt = 5;
 	 * dpre[1,:] = (0.25 * (2 - 5), 0.75 * (6 - 5)) = (-0.75, 0.75).
 	 * dq1 = dpre.k = 0.75 ln 3; dk0 = -0.75 q1; dk1 = 0.75 q1;

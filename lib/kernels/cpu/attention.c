@@ -13,7 +13,10 @@
  * Only lse leaves the forward pass (the contract in flow/kernels.h): the
  * probabilities of one batch row at a time live in scratch, and backward
  * recomputes them from the same GEMM on the same inputs, so they are the
- * forward pass's bits. */
+ * forward pass's bits.  The bf16 form rounds that row's qkv and dout into
+ * scratch and the probabilities and dpre in place where they multiply;
+ * the products of bf16 values are exact in fp32, so the sgemms then sum
+ * what a GPU's tensor cores do. */
 #include <config.h>
 
 #include <math.h>
@@ -24,17 +27,49 @@
 #include <flow/kernels.h>
 
 #include "cpu_internal.h"
+#include "kernels/host_bf16_internal.h"
 
-/* att (NH,T,T) = scale * q . k^T for batch row b. */
-static void attention_scores(float *att, const float *qkv, size_t b,
-			     size_t T, size_t C, size_t NH)
+/* The scratch of one batch row: the probabilities and their gradient, and
+ * for bf16 the row's qkv and dout rounded. */
+typedef struct {
+	float *att, *datt; /* (NH,T,T) */
+	float *qkv;        /* (T,3C) */
+	float *dout;       /* (T,C) */
+} attention_scratch_t;
+
+static attention_scratch_t attention_carve(void *scratch, size_t T, size_t C,
+					   size_t NH)
+{
+	attention_scratch_t s;
+
+	s.att = scratch;
+	s.datt = s.att + NH * T * T;
+	s.qkv = s.datt + NH * T * T;
+	s.dout = s.qkv + 3 * T * C;
+	return s;
+}
+
+/* Where batch row b's operands are read: qkv and dout themselves, or for
+ * bf16 their rounded copies in scratch (row stride unchanged). */
+static const float *row_operand(const float *x, size_t row_elems, size_t b,
+				bool bf16, float *rounded)
+{
+	if (!bf16)
+		return x + b * row_elems;
+	flow_host_round_bf16(rounded, x + b * row_elems, row_elems);
+	return rounded;
+}
+
+/* att (NH,T,T) = scale * q . k^T for one batch row of qkv (T,3C). */
+static void attention_scores(float *att, const float *qkv, size_t T,
+			     size_t C, size_t NH)
 {
 	const size_t hs = C / NH, C3 = 3 * C;
 	const float scale = 1.0f / sqrtf((float)hs);
 	const int t = (int)T, h3 = (int)C3, k = (int)hs;
 
 	for (size_t h = 0; h < NH; h++) {
-		const float *q = qkv + b * T * C3 + h * hs;
+		const float *q = qkv + h * hs;
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, k,
 			    scale, q, h3, q + C, h3, 0.0f, att + h * T * T, t);
 	}
@@ -70,26 +105,29 @@ static void attention_probs_row(float *restrict a, float lse, size_t t,
 }
 
 void flow_cpu_attention_forward(float *out, float *lse, void *scratch,
-				const float *qkv, size_t B, size_t T,
-				size_t C, size_t NH)
+				bool bf16, const float *qkv, size_t B,
+				size_t T, size_t C, size_t NH)
 {
 	const size_t hs = C / NH, C3 = 3 * C;
 	const int t = (int)T, h3 = (int)C3, c = (int)C, k = (int)hs;
-	float *att = scratch;
+	attention_scratch_t s = attention_carve(scratch, T, C, NH);
 
 	for (size_t b = 0; b < B; b++) {
-		attention_scores(att, qkv, b, T, C, NH);
+		const float *x = row_operand(qkv, T * C3, b, bf16, s.qkv);
 		float *l = lse + b * NH * T;
+
+		attention_scores(s.att, x, T, C, NH);
 #pragma omp parallel for schedule(static)
 		for (size_t r = 0; r < NH * T; r++)
-			l[r] = attention_softmax_row(att + r * T, r % T, T);
+			l[r] = attention_softmax_row(s.att + r * T, r % T, T);
+		if (bf16)
+			flow_host_round_bf16(s.att, s.att, NH * T * T);
 		/* out = att . v, each head into its hs columns. */
-		for (size_t h = 0; h < NH; h++) {
-			const float *v = qkv + b * T * C3 + 2 * C + h * hs;
+		for (size_t h = 0; h < NH; h++)
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t,
-				    k, t, 1.0f, att + h * T * T, t, v, h3, 0.0f,
+				    k, t, 1.0f, s.att + h * T * T, t,
+				    x + 2 * C + h * hs, h3, 0.0f,
 				    out + b * T * C + h * hs, c);
-		}
 	}
 }
 
@@ -97,12 +135,10 @@ size_t flow_cpu_attention_scratch_bound(size_t B, size_t T, size_t C,
 					size_t NH)
 {
 	(void)B;
-	(void)C;
-	/* att and datt of one batch row. */
-	return 2 * NH * T * T * sizeof(float);
+	return (2 * NH * T * T + 4 * T * C) * sizeof(float);
 }
 
-void flow_cpu_attention_backward(float *dqkv, void *scratch,
+void flow_cpu_attention_backward(float *dqkv, void *scratch, bool bf16,
 				 const float *dout, const float *qkv,
 				 const float *lse, size_t B, size_t T,
 				 size_t C, size_t NH)
@@ -110,55 +146,61 @@ void flow_cpu_attention_backward(float *dqkv, void *scratch,
 	const size_t hs = C / NH, C3 = 3 * C;
 	const float scale = 1.0f / sqrtf((float)hs);
 	const int t = (int)T, h3 = (int)C3, c = (int)C, k = (int)hs;
-	float *att = scratch, *datt = att + NH * T * T;
+	attention_scratch_t s = attention_carve(scratch, T, C, NH);
 
 	for (size_t b = 0; b < B; b++) {
+		const float *x = row_operand(qkv, T * C3, b, bf16, s.qkv);
+		const float *g = row_operand(dout, T * C, b, bf16, s.dout);
 		const float *l = lse + b * NH * T;
+		float *dx = dqkv + b * T * C3;
 
-		attention_scores(att, qkv, b, T, C, NH);
+		attention_scores(s.att, x, T, C, NH);
 #pragma omp parallel for schedule(static)
 		for (size_t r = 0; r < NH * T; r++)
-			attention_probs_row(att + r * T, l[r], r % T, T);
+			attention_probs_row(s.att + r * T, l[r], r % T, T);
 
-		/* out = att . v: datt = dout . v^T and dv += att^T . dout. */
-		for (size_t h = 0; h < NH; h++) {
-			const float *v = qkv + b * T * C3 + 2 * C + h * hs;
-			const float *d = dout + b * T * C + h * hs;
-			const float *a = att + h * T * T;
+		/* datt = dout . v^T. */
+		for (size_t h = 0; h < NH; h++)
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t,
-				    t, k, 1.0f, d, c, v, h3, 0.0f,
-				    datt + h * T * T, t);
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t,
-				    k, t, 1.0f, a, t, d, c, 1.0f,
-				    dqkv + b * T * C3 + 2 * C + h * hs, h3);
-		}
+				    t, k, 1.0f, g + h * hs, c,
+				    x + 2 * C + h * hs, h3, 0.0f,
+				    s.datt + h * T * T, t);
 
-		/* Softmax backward in place, masked entries to 0. */
+		/* dpre = scale att (datt - sum_j att datt) in place, masked
+		 * entries to 0. */
 #pragma omp parallel for schedule(static)
 		for (size_t r = 0; r < NH * T; r++) {
-			const float *restrict a = att + r * T;
-			float *restrict g = datt + r * T;
+			const float *restrict a = s.att + r * T;
+			float *restrict d = s.datt + r * T;
 			size_t row = r % T;
-			float s = 0.0f;
+			float sum = 0.0f;
 
 			for (size_t j = 0; j <= row; j++)
-				s += a[j] * g[j];
+				sum += a[j] * d[j];
 			for (size_t j = 0; j <= row; j++)
-				g[j] = a[j] * (g[j] - s);
+				d[j] = scale * (a[j] * (d[j] - sum));
 			for (size_t j = row + 1; j < T; j++)
-				g[j] = 0.0f;
+				d[j] = 0.0f;
+		}
+		if (bf16) {
+			flow_host_round_bf16(s.att, s.att, NH * T * T);
+			flow_host_round_bf16(s.datt, s.datt, NH * T * T);
 		}
 
-		/* pre = scale q . k^T: dq += scale dpre . k,
-		 * dk += scale dpre^T . q. */
+		/* dv += att^T . dout; pre = scale q . k^T: dq += dpre . k,
+		 * dk += dpre^T . q. */
 		for (size_t h = 0; h < NH; h++) {
-			const float *q = qkv + b * T * C3 + h * hs;
-			float *dq = dqkv + b * T * C3 + h * hs;
-			const float *g = datt + h * T * T;
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t,
-				    k, t, scale, g, t, q + C, h3, 1.0f, dq, h3);
+			const float *a = s.att + h * T * T;
+			const float *d = s.datt + h * T * T;
 			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t,
-				    k, t, scale, g, t, q, h3, 1.0f, dq + C, h3);
+				    k, t, 1.0f, a, t, g + h * hs, c, 1.0f,
+				    dx + 2 * C + h * hs, h3);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t,
+				    k, t, 1.0f, d, t, x + C + h * hs, h3, 1.0f,
+				    dx + h * hs, h3);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t,
+				    k, t, 1.0f, d, t, x + h * hs, h3, 1.0f,
+				    dx + C + h * hs, h3);
 		}
 	}
 }

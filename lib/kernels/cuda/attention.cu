@@ -19,6 +19,12 @@
  *                  diagonal (O(T^2) softmax backward, in place in scratch)
  *           dq  += dpre k;   dk += dpre^T q
  *
+ * bf16 (flow/kernels.h) rounds the row's qkv and dout into scratch, and
+ * the softmax kernels write a rounded copy of att and dpre beside the fp32
+ * ones, for the products; each product is then cublasGemmStridedBatchedEx
+ * on bf16 operands with fp32 output and CUBLAS_COMPUTE_32F (tensor cores,
+ * fp32 accumulation), the same call shapes as the fp32 sgemms.
+ *
  * cuBLAS is column-major; a row-major (r x c) matrix with row stride ld is
  * its column-major (c x r) transpose with leading dimension ld, so each
  * row-major product P = X Y is issued as P^T = Y^T X^T. */
@@ -31,8 +37,10 @@
 /* In place over rows of T scores (already scaled): row (h, t) of a batch
  * row keeps columns j <= t as exp(score - lse) and sets j > t to 0;
  * lse_out[row] = max + log(sum exp(score - max)).  Given lse_in (the
- * backward pass), that is read instead. */
+ * backward pass), that is read instead.  Given pb, the row also goes
+ * there rounded to bf16. */
 static __global__ void causal_softmax_kernel(float *__restrict__ att,
+					     __nv_bfloat16 *__restrict__ pb,
 					     float *__restrict__ lse_out,
 					     const float *__restrict__ lse_in,
 					     size_t rows, size_t T)
@@ -59,16 +67,21 @@ static __global__ void causal_softmax_kernel(float *__restrict__ att,
 			if (lane == 0)
 				lse_out[r] = l;
 		}
-		for (size_t j = lane; j < T; j += 32)
-			a[j] = j <= t ? expf(a[j] - l) : 0.0f;
+		for (size_t j = lane; j < T; j += 32) {
+			const float p = j <= t ? expf(a[j] - l) : 0.0f;
+			a[j] = p;
+			if (pb)
+				pb[r * T + j] = __float2bfloat16_rn(p);
+		}
 	}
 }
 
 /* In place over datt: dpre[j] = scale * att[j] * (datt[j] - sum_k att[k]
- * datt[k]) for j <= t, 0 above the diagonal. */
+ * datt[k]) for j <= t, 0 above the diagonal; given db, rounded to bf16
+ * there too. */
 static __global__ void causal_softmax_backward_kernel(
-	float *__restrict__ datt, const float *__restrict__ att, size_t rows,
-	size_t T, float scale)
+	float *__restrict__ datt, __nv_bfloat16 *__restrict__ db,
+	const float *__restrict__ att, size_t rows, size_t T, float scale)
 {
 	const unsigned lane = threadIdx.x & 31;
 	const size_t row_stride = (size_t)gridDim.x * ATT_WARPS;
@@ -81,8 +94,13 @@ static __global__ void causal_softmax_backward_kernel(
 		for (size_t j = lane; j <= t; j += 32)
 			dot += a[j] * d[j];
 		dot = flow_warp_sum(dot);
-		for (size_t j = lane; j < T; j += 32)
-			d[j] = j <= t ? scale * (a[j] * (d[j] - dot)) : 0.0f;
+		for (size_t j = lane; j < T; j += 32) {
+			const float g =
+				j <= t ? scale * (a[j] * (d[j] - dot)) : 0.0f;
+			d[j] = g;
+			if (db)
+				db[r * T + j] = __float2bfloat16_rn(g);
+		}
 	}
 }
 
@@ -103,9 +121,9 @@ static flow_err_t attention_check(size_t B, size_t T, size_t C, size_t NH,
 	FLOW_TRY(flow_cuda__check_size(diag, func, "T", T, INT_MAX), out);
 	FLOW_TRY(flow_cuda__check_size(diag, func, "3C", C, INT_MAX / 3), out);
 	FLOW_TRY(flow_cuda__check_size(diag, func, "NH", NH, INT_MAX), out);
-	/* The two matrices of a batch row in scratch, and lse. */
+	/* The matrices of a batch row in scratch, and lse. */
 	if (!flow_mul_size(T, T, &tt) || !flow_mul_size(tt, NH, &btt) ||
-	    !flow_mul_size(btt, 2 * sizeof(float), &btt) ||
+	    !flow_mul_size(btt, 16, &btt) ||
 	    !flow_mul_size(B, NH, &tt) || !flow_mul_size(tt, T, &tt)) {
 		err = flow_diag_set(diag, FLOW_ERR_RANGE,
 				    "attention matrices of '%s' (B=%zu NH=%zu "
@@ -117,40 +135,115 @@ out:
 	return err;
 }
 
-/* att (NH x T x T, row-major) = scale * q k^T of batch row b. */
-static flow_err_t attention_scores(cublasHandle_t h, float *att,
-				   const float *qkv, size_t b, size_t T,
-				   size_t C, size_t NH, float scale,
-				   flow_diag_t *diag)
+/* The scratch of one batch row: the probabilities and their gradient in
+ * fp32, and for bf16 their rounded copies and the row's rounded qkv and
+ * dout, each at a FLOW_CUDA_BF16_ALIGN boundary. */
+struct attention_scratch {
+	float *att, *datt;                 /* (NH,T,T) */
+	__nv_bfloat16 *pb, *db;            /* (NH,T,T) */
+	__nv_bfloat16 *qkv, *dout;         /* (T,3C), (T,C) */
+};
+
+/* Byte offsets of the scratch's parts, and its size. */
+struct attention_offsets {
+	size_t att, datt, pb, db, qkv, dout, end;
+};
+
+static attention_offsets attention_layout(size_t T, size_t C, size_t NH)
+{
+	const size_t tt = NH * T * T, e = sizeof(__nv_bfloat16);
+	attention_offsets o;
+
+	o.att = 0;
+	o.datt = o.att + flow_cuda__bf16_align(tt * sizeof(float));
+	o.pb = o.datt + flow_cuda__bf16_align(tt * sizeof(float));
+	o.db = o.pb + flow_cuda__bf16_align(tt * e);
+	o.qkv = o.db + flow_cuda__bf16_align(tt * e);
+	o.dout = o.qkv + flow_cuda__bf16_align(3 * T * C * e);
+	o.end = o.dout + flow_cuda__bf16_align(T * C * e);
+	return o;
+}
+
+static attention_scratch attention_carve(void *scratch, size_t T, size_t C,
+					 size_t NH)
+{
+	const attention_offsets o = attention_layout(T, C, NH);
+	char *base = (char *)scratch;
+	attention_scratch s;
+
+	s.att = (float *)(base + o.att);
+	s.datt = (float *)(base + o.datt);
+	s.pb = (__nv_bfloat16 *)(base + o.pb);
+	s.db = (__nv_bfloat16 *)(base + o.db);
+	s.qkv = (__nv_bfloat16 *)(base + o.qkv);
+	s.dout = (__nv_bfloat16 *)(base + o.dout);
+	return s;
+}
+
+/* Element i of an operand of either precision. */
+static const void *elem(const void *base, size_t i, bool bf16)
+{
+	return (const char *)base +
+	       i * (bf16 ? sizeof(__nv_bfloat16) : sizeof(float));
+}
+
+/* Batch row b's rows of x (row_elems each): x itself, or for bf16 rounded
+ * into room. */
+static flow_err_t row_operand(const float *x, size_t row_elems, size_t b,
+			      bool bf16, __nv_bfloat16 *room,
+			      const void **out, flow_diag_t *diag,
+			      cudaStream_t stream)
+{
+	*out = x + b * row_elems;
+	if (!bf16)
+		return FLOW_OK;
+	*out = room;
+	return flow_cuda__round_bf16(room, x + b * row_elems, row_elems, diag,
+				     stream);
+}
+
+/* Column-major strided-batched C = alpha op(A) op(B) + beta C, fp32 C: an
+ * sgemm, or on bf16 A and B summed in fp32 (CUBLAS_COMPUTE_32F). */
+static flow_err_t bgemm(cublasHandle_t h, bool bf16, cublasOperation_t opa,
+			cublasOperation_t opb, size_t m, size_t n, size_t k,
+			float alpha, const void *a, size_t lda, size_t sa,
+			const void *b, size_t ldb, size_t sb, float beta,
+			float *c, size_t ldc, size_t sc, size_t batch,
+			flow_diag_t *diag)
 {
 	flow_err_t err = FLOW_OK;
-	const size_t hs = C / NH;
-	const float zero = 0.0f;
-	const float *q = qkv + b * T * 3 * C;
 
-	/* att^T (T x T) = scale * k (hs x T, op T) . q^T (hs x T) */
-	FLOW_CUBLAS_TRY(cublasSgemmStridedBatched(
-				h, CUBLAS_OP_T, CUBLAS_OP_N, (int)T, (int)T,
-				(int)hs, &scale, q + C, (int)(3 * C),
-				(long long)hs, q, (int)(3 * C), (long long)hs,
-				&zero, att, (int)T, (long long)(T * T),
-				(int)NH),
-			out);
+	if (bf16)
+		FLOW_CUBLAS_TRY(cublasGemmStridedBatchedEx(
+					h, opa, opb, (int)m, (int)n, (int)k,
+					&alpha, a, CUDA_R_16BF, (int)lda,
+					(long long)sa, b, CUDA_R_16BF, (int)ldb,
+					(long long)sb, &beta, c, CUDA_R_32F,
+					(int)ldc, (long long)sc, (int)batch,
+					CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+				out);
+	else
+		FLOW_CUBLAS_TRY(cublasSgemmStridedBatched(
+					h, opa, opb, (int)m, (int)n, (int)k,
+					&alpha, (const float *)a, (int)lda,
+					(long long)sa, (const float *)b,
+					(int)ldb, (long long)sb, &beta, c,
+					(int)ldc, (long long)sc, (int)batch),
+				out);
 out:
 	return err;
 }
 
 flow_err_t flow_cuda_attention_forward(float *out, float *lse, void *scratch,
-				       const float *qkv, size_t B, size_t T,
-				       size_t C, size_t NH, flow_diag_t *diag,
-				       cudaStream_t stream)
+				       bool bf16, const float *qkv, size_t B,
+				       size_t T, size_t C, size_t NH,
+				       flow_diag_t *diag, cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
 	cublasHandle_t h = NULL;
 	size_t hs = 0, rows = 0;
 	float scale = 0.0f;
-	float *att = (float *)scratch;
-	const float one = 1.0f, zero = 0.0f;
+	attention_scratch s = {};
 
 	if (B == 0 || T == 0 || C == 0)
 		return FLOW_OK;
@@ -158,25 +251,29 @@ flow_err_t flow_cuda_attention_forward(float *out, float *lse, void *scratch,
 	hs = C / NH;
 	rows = NH * T;
 	scale = 1.0f / sqrtf((float)hs);
+	s = attention_carve(scratch, T, C, NH);
 	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
 	for (size_t b = 0; b < B; b++) {
-		const float *v = qkv + b * T * 3 * C + 2 * C;
-		FLOW_TRY(attention_scores(h, att, qkv, b, T, C, NH, scale,
-					  diag),
+		const void *x = NULL;
+		FLOW_TRY(row_operand(qkv, T * 3 * C, b, bf16, s.qkv, &x, diag,
+				     stream),
+			 out);
+		/* att^T (T x T) = scale * k (hs x T, op T) . q^T (hs x T) */
+		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
+			       scale, elem(x, C, bf16), 3 * C, hs, x, 3 * C,
+			       hs, 0.0f, s.att, T, T * T, NH, diag),
 			 out);
 		causal_softmax_kernel<<<flow_cuda__grid(rows, ATT_WARPS),
 					ATT_WARPS * 32, 0, stream>>>(
-			att, lse + b * rows, NULL, rows, T);
+			s.att, bf16 ? s.pb : NULL, lse + b * rows, NULL, rows,
+			T);
 		FLOW_CUDA_LAUNCH_TRY(out);
 		/* out^T (hs x T) = v^T (hs x T) . att^T (T x T) */
-		FLOW_CUBLAS_TRY(cublasSgemmStridedBatched(
-					h, CUBLAS_OP_N, CUBLAS_OP_N, (int)hs,
-					(int)T, (int)T, &one, v, (int)(3 * C),
-					(long long)hs, att, (int)T,
-					(long long)(T * T), &zero,
-					out + b * T * C, (int)C, (long long)hs,
-					(int)NH),
-				out);
+		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T,
+			       1.0f, elem(x, 2 * C, bf16), 3 * C, hs,
+			       bf16 ? (const void *)s.pb : s.att, T, T * T,
+			       0.0f, out + b * T * C, C, hs, NH, diag),
+			 out);
 	}
 out:
 	return err;
@@ -185,17 +282,17 @@ out:
 size_t flow_cuda_attention_scratch_bound(size_t B, size_t T, size_t C,
 					 size_t NH)
 {
-	size_t bytes = 0;
+	size_t tt = 0, tc = 0;
 	(void)B;
-	(void)C;
-	/* att and datt of one batch row. */
-	if (!flow_mul_size(T, T, &bytes) || !flow_mul_size(bytes, NH, &bytes) ||
-	    !flow_mul_size(bytes, 2 * sizeof(float), &bytes))
+	/* Sizes whose matrices overflow are refused by attention_check. */
+	if (!flow_mul_size(T, T, &tt) || !flow_mul_size(tt, NH, &tt) ||
+	    !flow_mul_size(tt, 16, &tt) || !flow_mul_size(T, C, &tc) ||
+	    !flow_mul_size(tc, 8, &tc))
 		return 0;
-	return bytes;
+	return attention_layout(T, C, NH).end;
 }
 
-flow_err_t flow_cuda_attention_backward(float *dqkv, void *scratch,
+flow_err_t flow_cuda_attention_backward(float *dqkv, void *scratch, bool bf16,
 					const float *dout, const float *qkv,
 					const float *lse, size_t B, size_t T,
 					size_t C, size_t NH, flow_diag_t *diag,
@@ -205,65 +302,62 @@ flow_err_t flow_cuda_attention_backward(float *dqkv, void *scratch,
 	cublasHandle_t h = NULL;
 	size_t hs = 0, rows = 0;
 	float scale = 0.0f;
-	float *att = (float *)scratch, *datt = NULL;
-	const float one = 1.0f, zero = 0.0f;
+	attention_scratch s = {};
 
 	if (B == 0 || T == 0 || C == 0)
 		return FLOW_OK;
 	FLOW_TRY(attention_check(B, T, C, NH, __func__, diag), out);
 	hs = C / NH;
 	rows = NH * T;
-	datt = att + rows * T;
 	scale = 1.0f / sqrtf((float)hs);
+	s = attention_carve(scratch, T, C, NH);
 	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
 	for (size_t b = 0; b < B; b++) {
-		const float *q = qkv + b * T * 3 * C;
-		const float *dy = dout + b * T * C;
+		const void *x = NULL, *g = NULL;
+		const void *p = bf16 ? (const void *)s.pb : s.att;
+		const void *dp = bf16 ? (const void *)s.db : s.datt;
 		float *dq = dqkv + b * T * 3 * C;
-		FLOW_TRY(attention_scores(h, att, qkv, b, T, C, NH, scale,
-					  diag),
+		FLOW_TRY(row_operand(qkv, T * 3 * C, b, bf16, s.qkv, &x, diag,
+				     stream),
+			 out);
+		FLOW_TRY(row_operand(dout, T * C, b, bf16, s.dout, &g, diag,
+				     stream),
+			 out);
+		/* att as forward, from lse */
+		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
+			       scale, elem(x, C, bf16), 3 * C, hs, x, 3 * C,
+			       hs, 0.0f, s.att, T, T * T, NH, diag),
 			 out);
 		causal_softmax_kernel<<<flow_cuda__grid(rows, ATT_WARPS),
 					ATT_WARPS * 32, 0, stream>>>(
-			att, NULL, lse + b * rows, rows, T);
+			s.att, bf16 ? s.pb : NULL, NULL, lse + b * rows, rows,
+			T);
 		FLOW_CUDA_LAUNCH_TRY(out);
 		/* datt^T (T x T) = v (hs x T, op T) . dout^T (hs x T) */
-		FLOW_CUBLAS_TRY(cublasSgemmStridedBatched(
-					h, CUBLAS_OP_T, CUBLAS_OP_N, (int)T,
-					(int)T, (int)hs, &one, q + 2 * C,
-					(int)(3 * C), (long long)hs, dy, (int)C,
-					(long long)hs, &zero, datt, (int)T,
-					(long long)(T * T), (int)NH),
-				out);
-		/* dv^T (hs x T) += dout^T (hs x T) . att (att^T stored, op T) */
-		FLOW_CUBLAS_TRY(cublasSgemmStridedBatched(
-					h, CUBLAS_OP_N, CUBLAS_OP_T, (int)hs,
-					(int)T, (int)T, &one, dy, (int)C,
-					(long long)hs, att, (int)T,
-					(long long)(T * T), &one, dq + 2 * C,
-					(int)(3 * C), (long long)hs, (int)NH),
-				out);
+		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
+			       1.0f, elem(x, 2 * C, bf16), 3 * C, hs, g, C, hs,
+			       0.0f, s.datt, T, T * T, NH, diag),
+			 out);
 		causal_softmax_backward_kernel<<<flow_cuda__grid(rows,
 								 ATT_WARPS),
 						 ATT_WARPS * 32, 0, stream>>>(
-			datt, att, rows, T, scale);
+			s.datt, bf16 ? s.db : NULL, s.att, rows, T, scale);
 		FLOW_CUDA_LAUNCH_TRY(out);
+		/* dv^T (hs x T) += dout^T (hs x T) . att (att^T stored, op T) */
+		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T,
+			       1.0f, g, C, hs, p, T, T * T, 1.0f, dq + 2 * C,
+			       3 * C, hs, NH, diag),
+			 out);
 		/* dq^T (hs x T) += k^T (hs x T) . dpre^T (dpre stored) */
-		FLOW_CUBLAS_TRY(cublasSgemmStridedBatched(
-					h, CUBLAS_OP_N, CUBLAS_OP_N, (int)hs,
-					(int)T, (int)T, &one, q + C,
-					(int)(3 * C), (long long)hs, datt,
-					(int)T, (long long)(T * T), &one, dq,
-					(int)(3 * C), (long long)hs, (int)NH),
-				out);
+		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T,
+			       1.0f, elem(x, C, bf16), 3 * C, hs, dp, T, T * T,
+			       1.0f, dq, 3 * C, hs, NH, diag),
+			 out);
 		/* dk^T (hs x T) += q^T (hs x T) . dpre (dpre^T stored, op T) */
-		FLOW_CUBLAS_TRY(cublasSgemmStridedBatched(
-					h, CUBLAS_OP_N, CUBLAS_OP_T, (int)hs,
-					(int)T, (int)T, &one, q, (int)(3 * C),
-					(long long)hs, datt, (int)T,
-					(long long)(T * T), &one, dq + C,
-					(int)(3 * C), (long long)hs, (int)NH),
-				out);
+		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T,
+			       1.0f, x, 3 * C, hs, dp, T, T * T, 1.0f,
+			       dq + C, 3 * C, hs, NH, diag),
+			 out);
 	}
 out:
 	return err;

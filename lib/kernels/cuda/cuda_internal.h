@@ -11,6 +11,7 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <flow/error.h>
@@ -109,6 +110,24 @@ FLOW_CUDA_HIDDEN flow_err_t flow_cuda__check_size(flow_diag_t *diag,
 						  const char *func,
 						  const char *what,
 						  size_t value, size_t limit);
+
+/* out[i] = in[i] rounded to bf16, to nearest even (as the host's
+ * flow_round_bf16), n elements in stream order: the operands of the bf16
+ * GEMMs (matmul.cu, attention.cu). */
+FLOW_CUDA_HIDDEN flow_err_t flow_cuda__round_bf16(__nv_bfloat16 *out,
+						  const float *in, size_t n,
+						  flow_diag_t *diag,
+						  cudaStream_t stream);
+
+/* Offsets of bf16 operands inside a scratch are rounded up to this, so
+ * that every operand is aligned as the tensor-core kernels want. */
+#define FLOW_CUDA_BF16_ALIGN ((size_t)256)
+
+static inline size_t flow_cuda__bf16_align(size_t bytes)
+{
+	return (bytes + FLOW_CUDA_BF16_ALIGN - 1) / FLOW_CUDA_BF16_ALIGN *
+	       FLOW_CUDA_BF16_ALIGN;
+}
 
 /* ---- launch geometry ----------------------------------------------------- */
 

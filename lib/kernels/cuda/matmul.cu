@@ -392,15 +392,6 @@ out:
  * logits' GEMMs of a GPT-2 batch run in panels of hundreds of rows. */
 #define FLOW_CUDA_BF16_PANEL ((size_t)1 << 26)
 
-/* Offsets inside the scratch are rounded up to this, so that every operand
- * is aligned as the tensor-core kernels want. */
-#define BF16_ALIGN ((size_t)256)
-
-static size_t bf16_align(size_t bytes)
-{
-	return (bytes + BF16_ALIGN - 1) / BF16_ALIGN * BF16_ALIGN;
-}
-
 static __global__ void round_bf16_kernel(__nv_bfloat16 *__restrict__ out,
 					 const float *__restrict__ in, size_t n)
 {
@@ -410,8 +401,9 @@ static __global__ void round_bf16_kernel(__nv_bfloat16 *__restrict__ out,
 		out[i] = __float2bfloat16_rn(in[i]);
 }
 
-static flow_err_t round_bf16(__nv_bfloat16 *out, const float *in, size_t n,
-			     flow_diag_t *diag, cudaStream_t stream)
+flow_err_t flow_cuda__round_bf16(__nv_bfloat16 *out, const float *in,
+				 size_t n, flow_diag_t *diag,
+				 cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
 
@@ -500,9 +492,9 @@ static bf16_scratch bf16_carve(void *scratch, size_t n, size_t in_dim,
 	s.rows = flow_matmul_bf16_panel_rows(n, in_dim, out_dim,
 					     FLOW_CUDA_BF16_PANEL);
 	s.w = (__nv_bfloat16 *)p;
-	p += bf16_align(out_dim * in_dim * e);
+	p += flow_cuda__bf16_align(out_dim * in_dim * e);
 	s.g = (__nv_bfloat16 *)p;
-	p += bf16_align(s.rows * out_dim * e);
+	p += flow_cuda__bf16_align(s.rows * out_dim * e);
 	s.x = (__nv_bfloat16 *)p;
 	return s;
 }
@@ -513,8 +505,9 @@ size_t flow_cuda_matmul_bf16_scratch_bound(size_t n, size_t in_dim,
 	const size_t e = sizeof(__nv_bfloat16);
 	size_t rows = flow_matmul_bf16_panel_rows(n, in_dim, out_dim,
 						  FLOW_CUDA_BF16_PANEL);
-	return bf16_align(out_dim * in_dim * e) + bf16_align(rows * out_dim * e) +
-	       bf16_align(rows * in_dim * e);
+	return flow_cuda__bf16_align(out_dim * in_dim * e) +
+	       flow_cuda__bf16_align(rows * out_dim * e) +
+	       flow_cuda__bf16_align(rows * in_dim * e);
 }
 
 /* out (and with pre, the pre-activation) of the bf16 matmul, panel by
@@ -535,13 +528,14 @@ static flow_err_t bf16_forward(float *out, float *pre, void *scratch,
 	FLOW_TRY(matmul_check(n, in_dim, out_dim, func, diag), out);
 	{
 		bf16_scratch s = bf16_carve(scratch, n, in_dim, out_dim);
-		FLOW_TRY(round_bf16(s.w, weight, out_dim * in_dim, diag,
-				    stream),
+		FLOW_TRY(flow_cuda__round_bf16(s.w, weight, out_dim * in_dim,
+					       diag, stream),
 			 out);
 		for (size_t r0 = 0; r0 < n; r0 += s.rows) {
 			size_t m = n - r0 < s.rows ? n - r0 : s.rows;
-			FLOW_TRY(round_bf16(s.x, inp + r0 * in_dim, m * in_dim,
-					    diag, stream),
+			FLOW_TRY(flow_cuda__round_bf16(s.x, inp + r0 * in_dim,
+						       m * in_dim, diag,
+						       stream),
 				 out);
 			/* out^T (o x m) = W^T . x^T, as the sgemm above */
 			FLOW_TRY(gemm_forward(CUDA_R_16BF, out_dim, m, in_dim,
@@ -605,13 +599,15 @@ flow_err_t flow_cuda_matmul_bf16_backward(float *dinp, float *dweight,
 	{
 		bf16_scratch s = bf16_carve(scratch, n, in_dim, out_dim);
 		if (dinp)
-			FLOW_TRY(round_bf16(s.w, weight, out_dim * in_dim,
-					    diag, stream),
+			FLOW_TRY(flow_cuda__round_bf16(s.w, weight,
+						       out_dim * in_dim, diag,
+						       stream),
 				 out);
 		for (size_t r0 = 0; r0 < n; r0 += s.rows) {
 			size_t m = n - r0 < s.rows ? n - r0 : s.rows;
-			FLOW_TRY(round_bf16(s.g, dout + r0 * out_dim,
-					    m * out_dim, diag, stream),
+			FLOW_TRY(flow_cuda__round_bf16(s.g, dout + r0 * out_dim,
+						       m * out_dim, diag,
+						       stream),
 				 out);
 			if (dinp) /* dinp^T (i x m) += W^T . g^T */
 				FLOW_TRY(gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_N,
@@ -622,8 +618,9 @@ flow_err_t flow_cuda_matmul_bf16_backward(float *dinp, float *dweight,
 					 out);
 			if (!dweight)
 				continue;
-			FLOW_TRY(round_bf16(s.x, inp + r0 * in_dim, m * in_dim,
-					    diag, stream),
+			FLOW_TRY(flow_cuda__round_bf16(s.x, inp + r0 * in_dim,
+						       m * in_dim, diag,
+						       stream),
 				 out);
 			/* dW^T (i x o) += x^T (i x m) . g (m x o) */
 			FLOW_TRY(gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_T, in_dim,

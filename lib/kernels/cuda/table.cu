@@ -142,20 +142,20 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 	ENQUEUE(flow_cuda_gelu_backward(dinp, inp, dout, n, diag, STREAM));
 }
 
-void attention_forward(float *out, float *lse, void *scratch,
+void attention_forward(float *out, float *lse, void *scratch, bool bf16,
 		       const float *qkv, size_t B, size_t T, size_t C,
 		       size_t NH)
 {
-	ENQUEUE(flow_cuda_attention_forward(out, lse, scratch, qkv, B, T, C, NH,
-					    diag, STREAM));
+	ENQUEUE(flow_cuda_attention_forward(out, lse, scratch, bf16, qkv, B, T,
+					    C, NH, diag, STREAM));
 }
 
-void attention_backward(float *dqkv, void *scratch, const float *dout,
-			const float *qkv, const float *lse, size_t B, size_t T,
-			size_t C, size_t NH)
+void attention_backward(float *dqkv, void *scratch, bool bf16,
+			const float *dout, const float *qkv, const float *lse,
+			size_t B, size_t T, size_t C, size_t NH)
 {
-	ENQUEUE(flow_cuda_attention_backward(dqkv, scratch, dout, qkv, lse, B,
-					     T, C, NH, diag, STREAM));
+	ENQUEUE(flow_cuda_attention_backward(dqkv, scratch, bf16, dout, qkv,
+					     lse, B, T, C, NH, diag, STREAM));
 }
 
 void residual_forward(float *out, const float *a, const float *b, size_t n)

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include <flow/kernels_ref.h>
+#include <flow/tensor.h>
 
 #include "kernels/host_bf16_internal.h"
 
@@ -261,12 +262,32 @@ static void attention_probs(double *p, const float *qkv, const float *lse,
 					   (double)lse[t]);
 }
 
+/* A probability or a score gradient as a product sees it: in bf16, rounded
+ * to bf16 from float. */
+static double attention_operand(double x, bool bf16)
+{
+	return bf16 ? (double)flow_round_bf16((float)x) : x;
+}
+
+/* qkv, or for bf16 its copy rounded into the floats at room. */
+static const float *attention_inputs(const float *x, size_t n, bool bf16,
+				     float *room)
+{
+	if (!bf16)
+		return x;
+	for (size_t i = 0; i < n; i++)
+		room[i] = flow_round_bf16(x[i]);
+	return room;
+}
+
 void flow_ref_attention_forward(float *out, float *lse, void *scratch,
-				const float *qkv, size_t B, size_t T, size_t C,
-				size_t NH)
+				bool bf16, const float *qkv_in, size_t B,
+				size_t T, size_t C, size_t NH)
 {
 	size_t hs = C / NH;
 	double *p = scratch; /* p[t*T + s], s <= t, of one head */
+	const float *qkv = attention_inputs(qkv_in, B * T * 3 * C, bf16,
+					    (float *)(p + 2 * T * T));
 
 	for (size_t b = 0; b < B; b++) {
 		for (size_t h = 0; h < NH; h++) {
@@ -292,7 +313,7 @@ void flow_ref_attention_forward(float *out, float *lse, void *scratch,
 				for (size_t d = 0; d < hs; d++) {
 					double acc = 0.0;
 					for (size_t s = 0; s <= t; s++)
-						acc += p[t * T + s] *
+						acc += attention_operand(p[t * T + s], bf16) *
 						       qkv_at(qkv, b, s, 2, h, d, T, C, hs);
 					out[(b * T + t) * C + h * hs + d] = (float)acc;
 				}
@@ -303,20 +324,25 @@ void flow_ref_attention_forward(float *out, float *lse, void *scratch,
 size_t flow_ref_attention_scratch_bound(size_t B, size_t T, size_t C,
 					size_t NH)
 {
-	(void)B;
-	(void)C;
 	(void)NH;
-	return 2 * T * T * sizeof(double);
+	/* Two T x T matrices of doubles, then for bf16 the rounded qkv and
+	 * dout. */
+	return 2 * T * T * sizeof(double) + 4 * B * T * C * sizeof(float);
 }
 
-void flow_ref_attention_backward(float *dqkv, void *scratch, const float *dout,
-				 const float *qkv, const float *lse, size_t B,
-				 size_t T, size_t C, size_t NH)
+void flow_ref_attention_backward(float *dqkv, void *scratch, bool bf16,
+				 const float *dout_in, const float *qkv_in,
+				 const float *lse, size_t B, size_t T, size_t C,
+				 size_t NH)
 {
 	size_t hs = C / NH;
 	double scale = 1.0 / sqrt((double)hs);
 	double *a = scratch;	      /* probabilities of one head */
 	double *dpre = a + T * T; /* dpre[t*T + s], s <= t, of one head */
+	float *room = (float *)(dpre + T * T);
+	const float *qkv = attention_inputs(qkv_in, B * T * 3 * C, bf16, room);
+	const float *dout = attention_inputs(dout_in, B * T * C, bf16,
+					     room + B * T * 3 * C);
 
 	for (size_t b = 0; b < B; b++) {
 		for (size_t h = 0; h < NH; h++) {
@@ -333,8 +359,10 @@ void flow_ref_attention_backward(float *dqkv, void *scratch, const float *dout,
 					dot += a[t * T + s] * datt;
 				}
 				for (size_t s = 0; s <= t; s++)
-					dpre[t * T + s] = a[t * T + s] *
-							  (dpre[t * T + s] - dot);
+					dpre[t * T + s] = attention_operand(
+						scale * a[t * T + s] *
+							(dpre[t * T + s] - dot),
+						bf16);
 			}
 			for (size_t t = 0; t < T; t++) {
 				for (size_t d = 0; d < hs; d++) {
@@ -348,12 +376,12 @@ void flow_ref_attention_backward(float *dqkv, void *scratch, const float *dout,
 					for (size_t u = t; u < T; u++) {
 						dk += dpre[u * T + t] *
 						      qkv_at(qkv, b, u, 0, h, d, T, C, hs);
-						dv += a[u * T + t] *
+						dv += attention_operand(a[u * T + t], bf16) *
 						      (double)dout[(b * T + u) * C + h * hs + d];
 					}
 					float *g = dqkv + (b * T + t) * 3 * C + h * hs + d;
-					g[0] = (float)((double)g[0] + dq * scale);
-					g[C] = (float)((double)g[C] + dk * scale);
+					g[0] = (float)((double)g[0] + dq);
+					g[C] = (float)((double)g[C] + dk);
 					g[2 * C] = (float)((double)g[2 * C] + dv);
 				}
 			}
