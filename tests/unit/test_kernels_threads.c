@@ -412,7 +412,7 @@ static void test_kernels_threads_residual_backward(void **state)
 #define AT_C 48
 #define AT_NH 4
 
-static void attention_forward_run(float *out)
+static void attention_forward_with(float *out, bool bf16)
 {
 	float *qkv = buf_random(AT_B * AT_T * 3 * AT_C, 22, 2.0f);
 	void *scratch = flow_alloc(
@@ -420,12 +420,12 @@ static void attention_forward_run(float *out)
 
 	assert_non_null(scratch);
 	flow_cpu_attention_forward(out, out + AT_B * AT_T * AT_C, scratch,
-				   false, qkv, AT_B, AT_T, AT_C, AT_NH);
+				   bf16, qkv, AT_B, AT_T, AT_C, AT_NH);
 	flow_free(qkv);
 	flow_free(scratch);
 }
 
-static void attention_backward_run(float *out)
+static void attention_backward_with(float *out, bool bf16)
 {
 	float *qkv = buf_random(AT_B * AT_T * 3 * AT_C, 22, 2.0f);
 	float *dout = buf_random(AT_B * AT_T * AT_C, 23, 1.0f);
@@ -435,10 +435,10 @@ static void attention_backward_run(float *out)
 		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH));
 
 	assert_true(y && lse && scratch);
-	flow_cpu_attention_forward(y, lse, scratch, false, qkv, AT_B, AT_T,
+	flow_cpu_attention_forward(y, lse, scratch, bf16, qkv, AT_B, AT_T,
 				   AT_C, AT_NH);
 	fill_random(out, AT_B * AT_T * 3 * AT_C, 24, 0.5f);
-	flow_cpu_attention_backward(out, scratch, false, dout, qkv, lse, AT_B,
+	flow_cpu_attention_backward(out, scratch, bf16, dout, qkv, lse, AT_B,
 				    AT_T, AT_C, AT_NH);
 	flow_free(qkv);
 	flow_free(dout);
@@ -447,10 +447,32 @@ static void attention_backward_run(float *out)
 	flow_free(scratch);
 }
 
+static void attention_forward_run(float *out)
+{
+	attention_forward_with(out, false);
+}
+
+static void attention_backward_run(float *out)
+{
+	attention_backward_with(out, false);
+}
+
+static void attention_bf16_forward_run(float *out)
+{
+	attention_forward_with(out, true);
+}
+
+static void attention_bf16_backward_run(float *out)
+{
+	attention_backward_with(out, true);
+}
+
 static void test_kernels_threads_attention_forward(void **state)
 {
 	(void)state;
 	threads_check("attention forward", attention_forward_run,
+		      AT_B * AT_T * AT_C + AT_B * AT_NH * AT_T);
+	threads_check("attention bf16 forward", attention_bf16_forward_run,
 		      AT_B * AT_T * AT_C + AT_B * AT_NH * AT_T);
 }
 
@@ -458,6 +480,8 @@ static void test_kernels_threads_attention_backward(void **state)
 {
 	(void)state;
 	threads_check("attention backward", attention_backward_run,
+		      AT_B * AT_T * 3 * AT_C);
+	threads_check("attention bf16 backward", attention_bf16_backward_run,
 		      AT_B * AT_T * 3 * AT_C);
 }
 
