@@ -1,6 +1,7 @@
-/* The bf16 matmul of the host kernel sets (CPU and reference,
- * flow/kernels.h: matmul with bf16 GEMM operands): each operand rounded
- * to bf16 values held in floats, then the set's own fp32 matmul on them.
+/* bf16 operands in the host kernel sets (CPU and reference): rounding,
+ * and the bf16 matmul (flow/kernels.h: matmul with bf16 GEMM operands),
+ * each operand rounded to bf16 values held in floats, then the set's own
+ * fp32 matmul on them.
  * A product of two bf16 values is exact in fp32, so this computes the
  * sums a GPU's bf16 tensor cores do, in the set's order of additions. */
 #ifndef FLOW_HOST_BF16_INTERNAL_H
@@ -15,6 +16,17 @@
 /* out[i] = in[i] rounded to bf16 (flow_round_bf16), n elements; out may
  * be in. */
 void flow_host_round_bf16(float *out, const float *in, size_t n);
+
+/* The n elements of x as a bf16 product reads them: x itself, or with
+ * bf16 its copy rounded into room. */
+static inline const float *flow_host_bf16_operand(const float *x, size_t n,
+						  bool bf16, float *room)
+{
+	if (!bf16)
+		return x;
+	flow_host_round_bf16(room, x, n);
+	return room;
+}
 
 size_t flow_host_matmul_bf16_scratch_bound(size_t n, size_t in_dim,
 					   size_t out_dim);

@@ -221,15 +221,18 @@ def bf16(t):
 
 def attention_bf16_ref(qkv, dout, B, T, C, NH):
     """--precision bf16's attention (flow/kernels.h), written out in
-    float64: q, k, v and dout rounded, the probabilities rounded where
-    they multiply v and dout, dpre rounded where it multiplies q and k."""
+    float64: q, k, v and dout rounded, the probabilities (from the float32
+    lse) rounded where they multiply v and dout, dpre rounded where it
+    multiplies q and k."""
     hs = C // NH
     scale = 1.0 / math.sqrt(hs)
     heads = lambda x: x.view(B, T, NH, hs).transpose(1, 2)
     q, k, v = (heads(x) for x in bf16(qkv).split(C, dim=2))
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     s = (q @ k.transpose(-2, -1) * scale).masked_fill(~mask, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
+    # The probabilities from lse as saved, in float32 (flow/kernels.h):
+    # a bf16 rounding of p must see the kernels' p, not a neighbour.
+    lse = torch.logsumexp(s, dim=-1).to(torch.float32).to(F64)
     p = torch.exp(s - lse[..., None])
     y = (bf16(p) @ v).transpose(1, 2).reshape(B, T, C)
     g = heads(bf16(dout))

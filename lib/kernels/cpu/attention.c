@@ -49,17 +49,6 @@ static attention_scratch_t attention_carve(void *scratch, size_t T, size_t C,
 	return s;
 }
 
-/* Where batch row b's operands are read: qkv and dout themselves, or for
- * bf16 their rounded copies in scratch (row stride unchanged). */
-static const float *row_operand(const float *x, size_t row_elems, size_t b,
-				bool bf16, float *rounded)
-{
-	if (!bf16)
-		return x + b * row_elems;
-	flow_host_round_bf16(rounded, x + b * row_elems, row_elems);
-	return rounded;
-}
-
 /* att (NH,T,T) = scale * q . k^T for one batch row of qkv (T,3C). */
 static void attention_scores(float *att, const float *qkv, size_t T,
 			     size_t C, size_t NH)
@@ -113,7 +102,8 @@ void flow_cpu_attention_forward(float *out, float *lse, void *scratch,
 	attention_scratch_t s = attention_carve(scratch, T, C, NH);
 
 	for (size_t b = 0; b < B; b++) {
-		const float *x = row_operand(qkv, T * C3, b, bf16, s.qkv);
+		const float *x = flow_host_bf16_operand(qkv + b * T * C3,
+							T * C3, bf16, s.qkv);
 		float *l = lse + b * NH * T;
 
 		attention_scores(s.att, x, T, C, NH);
@@ -149,8 +139,10 @@ void flow_cpu_attention_backward(float *dqkv, void *scratch, bool bf16,
 	attention_scratch_t s = attention_carve(scratch, T, C, NH);
 
 	for (size_t b = 0; b < B; b++) {
-		const float *x = row_operand(qkv, T * C3, b, bf16, s.qkv);
-		const float *g = row_operand(dout, T * C, b, bf16, s.dout);
+		const float *x = flow_host_bf16_operand(qkv + b * T * C3,
+							T * C3, bf16, s.qkv);
+		const float *g = flow_host_bf16_operand(dout + b * T * C, T * C,
+							bf16, s.dout);
 		const float *l = lse + b * NH * T;
 		float *dx = dqkv + b * T * C3;
 

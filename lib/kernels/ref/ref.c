@@ -269,25 +269,14 @@ static double attention_operand(double x, bool bf16)
 	return bf16 ? (double)flow_round_bf16((float)x) : x;
 }
 
-/* qkv, or for bf16 its copy rounded into the floats at room. */
-static const float *attention_inputs(const float *x, size_t n, bool bf16,
-				     float *room)
-{
-	if (!bf16)
-		return x;
-	for (size_t i = 0; i < n; i++)
-		room[i] = flow_round_bf16(x[i]);
-	return room;
-}
-
 void flow_ref_attention_forward(float *out, float *lse, void *scratch,
 				bool bf16, const float *qkv_in, size_t B,
 				size_t T, size_t C, size_t NH)
 {
 	size_t hs = C / NH;
 	double *p = scratch; /* p[t*T + s], s <= t, of one head */
-	const float *qkv = attention_inputs(qkv_in, B * T * 3 * C, bf16,
-					    (float *)(p + 2 * T * T));
+	const float *qkv = flow_host_bf16_operand(qkv_in, B * T * 3 * C, bf16,
+						  (float *)(p + 2 * T * T));
 
 	for (size_t b = 0; b < B; b++) {
 		for (size_t h = 0; h < NH; h++) {
@@ -340,9 +329,10 @@ void flow_ref_attention_backward(float *dqkv, void *scratch, bool bf16,
 	double *a = scratch;	      /* probabilities of one head */
 	double *dpre = a + T * T; /* dpre[t*T + s], s <= t, of one head */
 	float *room = (float *)(dpre + T * T);
-	const float *qkv = attention_inputs(qkv_in, B * T * 3 * C, bf16, room);
-	const float *dout = attention_inputs(dout_in, B * T * C, bf16,
-					     room + B * T * 3 * C);
+	const float *qkv =
+		flow_host_bf16_operand(qkv_in, B * T * 3 * C, bf16, room);
+	const float *dout = flow_host_bf16_operand(dout_in, B * T * C, bf16,
+						   room + B * T * 3 * C);
 
 	for (size_t b = 0; b < B; b++) {
 		for (size_t h = 0; h < NH; h++) {
