@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FLOW_CUDA_MODULE_ABI 11u
+#define FLOW_CUDA_MODULE_ABI 12u
 #define FLOW_CUDA_MODULE_ENTRY "flow_cuda_module_entry"
 
 struct flow_comm;

@@ -81,7 +81,8 @@ typedef struct flow_exec_storage {
 	void *(*host_alloc)(size_t bytes);
 	void (*host_free)(void *ptr);
 	/* Events, for a storage whose kernels run asynchronously (NULL in
-	 * the host's, whose kernels have finished when they return): a new
+	 * the host's, whose kernels have finished when they return; the
+	 * staged storage's do nothing, for the same reason): a new
 	 * one (NULL when none can be made); record it after the work the
 	 * calling thread has enqueued so far; wait on the host, from any
 	 * thread, until that work is done; free it. */
@@ -89,6 +90,18 @@ typedef struct flow_exec_storage {
 	void (*event_record)(void *event);
 	void (*event_wait)(void *event);
 	void (*event_free)(void *event);
+	/* A copy beside the kernels, for a storage with events and a copy
+	 * stream (NULL in the host's; the staged storage's copies at once):
+	 * bytes from src, host_alloc memory, to dst, queued behind the work
+	 * recorded in event after (NULL: nothing) but not behind the kernels
+	 * enqueued since, so it overlaps them; then event done (NULL: none)
+	 * is recorded.  src must stay as it is until done's work is done.
+	 * kernels_wait makes the kernels enqueued from now on wait for
+	 * event's work, on the device: the host goes on.  A failure is kept
+	 * as copy_in's. */
+	void (*copy_in_ahead)(void *dst, const void *src, size_t bytes,
+			      void *after, void *done);
+	void (*kernels_wait)(void *event);
 } flow_exec_storage_t;
 
 /* Host memory: flow_calloc, flow_free (flow/mem.h) and memset.  The

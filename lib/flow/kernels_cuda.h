@@ -363,6 +363,13 @@ FLOW_EXPORT void *flow_cuda_storage_event_new(void);
 FLOW_EXPORT void flow_cuda_storage_event_record(void *event);
 FLOW_EXPORT void flow_cuda_storage_event_wait(void *event);
 FLOW_EXPORT void flow_cuda_storage_event_free(void *event);
+/* copy_in_ahead on the thread's copy stream (non-blocking, one per
+ * device), behind cudaStreamWaitEvent(after); kernels_wait is
+ * cudaStreamWaitEvent on the thread's stream. */
+FLOW_EXPORT void flow_cuda_storage_copy_in_ahead(void *dst, const void *src,
+						 size_t bytes, void *after,
+						 void *done);
+FLOW_EXPORT void flow_cuda_storage_kernels_wait(void *event);
 /* Page-locked host memory (cudaMallocHost), NULL when out of memory;
  * cudaFreeHost once the thread's stream is idle. */
 FLOW_EXPORT void *flow_cuda_storage_host_alloc(size_t bytes);

@@ -24,14 +24,36 @@ static void host_copy(void *dst, const void *src, size_t bytes)
 		memcpy(dst, src, bytes);
 }
 
+/* The staged storage's copy stream and events are the host's: a copy is
+ * done on return, before any kernel that could wait for it, and so is
+ * all work an event could mark.  They are there so that the trainer's
+ * device path for batches runs on the CPU, calls and all. */
+static void host_copy_ahead(void *dst, const void *src, size_t bytes,
+			    void *after, void *done)
+{
+	(void)after;
+	(void)done;
+	host_copy(dst, src, bytes);
+}
+
+static void *host_event_new(void)
+{
+	return flow_alloc(1);
+}
+
+static void host_event_done(void *event)
+{
+	(void)event;
+}
+
 static void *host_staging(size_t bytes)
 {
 	return flow_alloc(bytes ? bytes : 1);
 }
 
 /* Host memory through and through; the two storages differ only in what
- * they tell the executor.  No events: host kernels have finished when
- * they return. */
+ * they tell the executor.  The host's has no events: its kernels have
+ * finished when they return. */
 #define HOST_MEMORY                                                          \
 	.alloc = host_alloc, .free = flow_free, .zero = host_zero,           \
 	.copy_in = host_copy, .copy_out = host_copy, .copy = host_copy,      \
@@ -49,4 +71,10 @@ const flow_exec_storage_t flow_exec_storage_staged = {
 	.host_addressable = false,
 	.host_memory = true,
 	HOST_MEMORY,
+	.event_new = host_event_new,
+	.event_record = host_event_done,
+	.event_wait = host_event_done,
+	.event_free = flow_free,
+	.copy_in_ahead = host_copy_ahead,
+	.kernels_wait = host_event_done,
 };

@@ -46,6 +46,10 @@ struct flow_trainer {
 	int tokens, targets;            /* input tensors */
 	int32_t *tokens_host, *targets_host; /* a device's batch, filled on
 					 * the host (NULL: the tensors) */
+	void *inputs_read;              /* events of a device with a copy
+					 * stream (else NULL): after the
+					 * kernels that last read the inputs, */
+	void *inputs_copied;            /* and after the copy of the next */
 	float *staging;                 /* a device's checkpoint tensors pass
 					 * through it, one at a time */
 	size_t staging_bytes;

@@ -2,7 +2,8 @@
  * on a whole GPT graph: the same parameters (the executor's init, copied
  * up), the same tokens, then the loss of a forward pass, every parameter
  * gradient of a backward pass, and every parameter, moment and the
- * gradient norm after one clipped AdamW step.  Between the kernel test
+ * gradient norm after one clipped AdamW step, and the loss of the next
+ * batch copied up on the copy stream.  Between the kernel test
  * (tests/gpu/test_cuda_kernels.c, one kernel at a time) and the trainer
  * (tests/gpu/train.sh): a failure here is in the executor's device paths
  * (storage, copies, dispatch, the optimizer on the device), not a kernel's
@@ -185,6 +186,36 @@ int main(void)
 	flow_adamw_step(oc, 1, 6e-4f);
 	flow_adamw_step(og, 1, 6e-4f);
 	check_role(cpu, gpu, &g, FLOW_ROLE_PARAM, "step1 ");
+
+	/* The next batch as the trainer copies it: from page-locked memory on
+	 * the copy stream, behind the pass that last read the inputs, the
+	 * next pass's kernels waiting for it on the device. */
+	const flow_exec_storage_t *st = flow_exec_storage(gpu);
+	int32_t *pinned = st->host_alloc(2 * ntok * sizeof *pinned);
+	void *read = st->event_new(), *copied = st->event_new();
+	if (!pinned || !read || !copied || !st->copy_in_ahead)
+		die("the copy stream's buffers and events", &diag);
+	for (size_t i = 0; i < 2 * ntok; i++)
+		pinned[i] = ids[i] = (int32_t)((i * 40503u >> 4) % cfg.vocab);
+	if (flow_exec_tensor_upload(cpu, tok, ids, &diag) ||
+	    flow_exec_tensor_upload(cpu, tgt, ids + ntok, &diag) ||
+	    flow_exec_forward(cpu, &lc, &diag))
+		die("the next batch on the CPU", &diag);
+	st->event_record(read);
+	st->copy_in_ahead(flow_exec_tensor(gpu, tok), pinned,
+			  ntok * sizeof *pinned, read, NULL);
+	st->copy_in_ahead(flow_exec_tensor(gpu, tgt), pinned + ntok,
+			  ntok * sizeof *pinned, NULL, copied);
+	st->kernels_wait(copied);
+	if (flow_exec_forward(gpu, &lg, &diag))
+		die("the next batch through the copy stream", &diag);
+	st->event_wait(copied);
+	lcf = (float)lc;
+	lgf = (float)lg;
+	check("loss after copy_in_ahead", &lcf, &lgf, 1, 1e-5, 0.0);
+	st->event_free(read);
+	st->event_free(copied);
+	st->host_free(pinned);
 
 	flow_alloc_stats_t mem;
 	if (flow_cuda_memory_stats(0, &mem, &diag) == FLOW_OK)

@@ -289,6 +289,27 @@ static void test_exec_kernel_sets_name_their_device(void **state)
 		assert_int_equal(flow_exec_tensor_download(e, x, out, &diag),
 				 FLOW_OK);
 		assert_memory_equal(out, in, sizeof in);
+		/* A device's copy stream: the host's storage has none, the
+		 * staged one copies at once (its events marking work that is
+		 * already done). */
+		const flow_exec_storage_t *st = flow_exec_storage(e);
+		assert_int_equal(st->copy_in_ahead != NULL, !sets[i].host);
+		assert_int_equal(st->event_new != NULL, !sets[i].host);
+		if (st->copy_in_ahead) {
+			void *done = st->event_new();
+			assert_non_null(done);
+			for (int k = 0; k < DN * DIN; k++)
+				in[k] = (float)-k;
+			st->copy_in_ahead(flow_exec_tensor(e, x), in, sizeof in,
+					  NULL, done);
+			st->kernels_wait(done);
+			st->event_wait(done);
+			assert_int_equal(flow_exec_tensor_download(e, x, out,
+								   &diag),
+					 FLOW_OK);
+			assert_memory_equal(out, in, sizeof in);
+			st->event_free(done);
+		}
 		flow_exec_free(e);
 	}
 	assert_int_equal(flow_exec_new(&g, (flow_kernel_set_t)99, &e, &diag),

@@ -99,6 +99,12 @@ FLOW_CUDA_HIDDEN flow_err_t flow_cuda__cublaslt(cublasLtHandle_t *handle_out,
 FLOW_CUDA_HIDDEN flow_err_t flow_cuda__cublaslt_used(cudaStream_t stream,
 						     flow_diag_t *diag);
 
+/* The calling thread's copy stream for its current device (non-blocking),
+ * created on first use and destroyed by flow_cuda_release_thread: the
+ * storage's copy_in_ahead runs on it. */
+FLOW_CUDA_HIDDEN flow_err_t flow_cuda__copy_stream(cudaStream_t *stream_out,
+						   flow_diag_t *diag);
+
 /* cudaEventRecord as a flow_err_t. */
 FLOW_CUDA_HIDDEN flow_err_t flow_cuda__event_record(cudaEvent_t event,
 						    flow_diag_t *diag,

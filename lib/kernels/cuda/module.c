@@ -42,6 +42,8 @@ static const flow_exec_storage_t storage = {
 	.event_record = flow_cuda_storage_event_record,
 	.event_wait = flow_cuda_storage_event_wait,
 	.event_free = flow_cuda_storage_event_free,
+	.copy_in_ahead = flow_cuda_storage_copy_in_ahead,
+	.kernels_wait = flow_cuda_storage_kernels_wait,
 };
 
 static const flow_cuda_module_t module = {

@@ -18,6 +18,8 @@ static thread_local void *tls_lt_workspace[FLOW_CUDA_MAX_DEVICES];
 /* The stream of the workspace's last matmul, and an event after it. */
 static thread_local cudaStream_t tls_lt_stream[FLOW_CUDA_MAX_DEVICES];
 static thread_local cudaEvent_t tls_lt_done[FLOW_CUDA_MAX_DEVICES];
+/* The copy stream batches come up on while the kernels run. */
+static thread_local cudaStream_t tls_copy_stream[FLOW_CUDA_MAX_DEVICES];
 
 /* "matmul.cu" from "/path/lib/kernels/cuda/matmul.cu". */
 static const char *base_name(const char *path)
@@ -110,6 +112,23 @@ out:
 	return err;
 }
 
+flow_err_t flow_cuda__copy_stream(cudaStream_t *stream_out, flow_diag_t *diag)
+{
+	flow_err_t err = FLOW_OK;
+	int dev = 0;
+
+	FLOW_TRY(current_device(&dev, diag), out);
+	/* Non-blocking: it must not wait for the legacy default stream's
+	 * work, only for the events it is told to. */
+	if (!tls_copy_stream[dev])
+		FLOW_CUDA_TRY(cudaStreamCreateWithFlags(&tls_copy_stream[dev],
+							cudaStreamNonBlocking),
+			      out);
+	*stream_out = tls_copy_stream[dev];
+out:
+	return err;
+}
+
 flow_err_t flow_cuda__cublas(cublasHandle_t *handle_out, cudaStream_t stream,
 			     flow_diag_t *diag)
 {
@@ -141,7 +160,8 @@ void flow_cuda_release_thread(void)
 	bool have_saved = cudaGetDevice(&saved) == cudaSuccess;
 	for (int dev = 0; dev < FLOW_CUDA_MAX_DEVICES; dev++) {
 		if (!tls_cublas[dev] && !tls_cublaslt[dev] &&
-		    !tls_lt_workspace[dev] && !tls_lt_done[dev])
+		    !tls_lt_workspace[dev] && !tls_lt_done[dev] &&
+		    !tls_copy_stream[dev])
 			continue;
 		/* cublasDestroy synchronises with the handle's device; the
 		 * workspace is freed once its last matmul is done. */
@@ -155,12 +175,17 @@ void flow_cuda_release_thread(void)
 				(void)cudaEventDestroy(tls_lt_done[dev]);
 			}
 			(void)cudaFree(tls_lt_workspace[dev]);
+			/* Returns at once; the stream goes once its copies
+			 * are done. */
+			if (tls_copy_stream[dev])
+				(void)cudaStreamDestroy(tls_copy_stream[dev]);
 		}
 		tls_cublas[dev] = NULL;
 		tls_cublaslt[dev] = NULL;
 		tls_lt_workspace[dev] = NULL;
 		tls_lt_stream[dev] = NULL;
 		tls_lt_done[dev] = NULL;
+		tls_copy_stream[dev] = NULL;
 	}
 	if (have_saved)
 		(void)cudaSetDevice(saved);

@@ -523,6 +523,43 @@ out:
 	keep(err, diag);
 }
 
+void flow_cuda_storage_copy_in_ahead(void *dst, const void *src, size_t bytes,
+				     void *after, void *done)
+{
+	flow_err_t err = FLOW_OK;
+	flow_diag_t diag_ = FLOW_DIAG_INIT;
+	flow_diag_t *diag = &diag_;
+	cudaStream_t copies = nullptr;
+	if (ts.err != FLOW_OK)
+		return;
+	FLOW_TRY(flow_cuda__copy_stream(&copies, diag), out);
+	if (after)
+		FLOW_CUDA_TRY(cudaStreamWaitEvent(copies, (cudaEvent_t)after, 0),
+			      out);
+	if (bytes)
+		FLOW_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes,
+					      cudaMemcpyHostToDevice, copies),
+			      out);
+	if (done)
+		FLOW_TRY(flow_cuda__event_record((cudaEvent_t)done, diag,
+						 copies),
+			 out);
+out:
+	keep(err, diag);
+}
+
+void flow_cuda_storage_kernels_wait(void *event)
+{
+	flow_err_t err = FLOW_OK;
+	flow_diag_t diag_ = FLOW_DIAG_INIT;
+	flow_diag_t *diag = &diag_;
+	if (ts.err != FLOW_OK)
+		return;
+	FLOW_CUDA_TRY(cudaStreamWaitEvent(STREAM, (cudaEvent_t)event, 0), out);
+out:
+	keep(err, diag);
+}
+
 void flow_cuda_storage_copy(void *dst, const void *src, size_t bytes)
 {
 	flow_err_t err = FLOW_OK;
