@@ -775,9 +775,9 @@ static flow_err_t bench_attention(bench_ctx_t *c)
 	ALLOC_F(dout, BTC, "dout");
 	ALLOC_F(dqkv, 3 * BTC, "dqkv");
 	ALLOC_F(dqkv_ref, 3 * BTC, "reference dqkv");
-	ALLOC(scratch, flow_cpu_attention_scratch_bound(B, T, C, NH), 1,
+	ALLOC(scratch, flow_cpu_attention_scratch_bound(B, T, C, NH, bf16), 1,
 	      "attention scratch");
-	ALLOC(scratch_ref, flow_ref_attention_scratch_bound(B, T, C, NH), 1,
+	ALLOC(scratch_ref, flow_ref_attention_scratch_bound(B, T, C, NH, bf16), 1,
 	      "reference attention scratch");
 	fill_normal(qkv, 3 * BTC, cfg, STREAM_A, 0.0f, 1.0f);
 	fill_normal(dout, BTC, cfg, STREAM_B, 0.0f, 1.0f);

@@ -183,13 +183,15 @@ typedef void flow_attention_forward_fn(float *out, float *lse, void *scratch,
 				       bool bf16, const float *qkv, size_t B,
 				       size_t T, size_t C, size_t NH);
 /* Bytes of scratch the same set's attention forward or backward pass
- * needs for these sizes, in either precision (each set says what it keeps
- * there); contents need not be initialised and are garbage afterwards. */
+ * needs for these sizes in that precision (each set says what it keeps
+ * there; bf16 needs more, for rounded copies); contents need not be
+ * initialised and are garbage afterwards. */
 typedef size_t flow_attention_scratch_bound_fn(size_t B, size_t T, size_t C,
-					       size_t NH);
+					       size_t NH, bool bf16);
 /* dqkv (B,T,3C) += gradient of out w.r.t. qkv, from the forward pass's
  * lse, in the forward pass's precision.  scratch, for both passes, holds
- * at least the set's attention_scratch_bound() bytes, 64-byte aligned. */
+ * at least the set's attention_scratch_bound(.., bf16) bytes, 64-byte
+ * aligned. */
 typedef void flow_attention_backward_fn(float *dqkv, void *scratch, bool bf16,
 					const float *dout, const float *qkv,
 					const float *lse, size_t B, size_t T,

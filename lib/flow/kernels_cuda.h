@@ -224,7 +224,7 @@ FLOW_EXPORT flow_err_t flow_cuda_gelu_backward(float *dinp, const float *inp,
 /* ---- causal multi-head self-attention ------------------------------------ */
 /* As flow_cpu_attention_forward: lse (B,NH,T) is kept, the probabilities
  * of one batch row at a time live in scratch, device memory of at least
- * flow_cuda_attention_scratch_bound() bytes, 16-byte aligned. */
+ * flow_cuda_attention_scratch_bound(.., bf16) bytes, 16-byte aligned. */
 FLOW_EXPORT flow_err_t flow_cuda_attention_forward(float *out, float *lse,
 						   void *scratch, bool bf16,
 						   const float *qkv, size_t B,
@@ -232,13 +232,14 @@ FLOW_EXPORT flow_err_t flow_cuda_attention_forward(float *out, float *lse,
 						   size_t NH,
 						   flow_diag_t *diag,
 						   cudaStream_t stream) FLOW_MUST_CHECK;
-/* Bytes of device scratch either pass needs in either precision (one
- * batch row's probabilities and their gradient in fp32 and bf16, and its
- * qkv and dout in bf16: about 12*NH*T*T + 8*T*C); 0 when that overflows
- * size_t (then the passes report FLOW_ERR_RANGE).  A pure function: no
- * device is touched. */
+/* Bytes of device scratch either pass needs in that precision (one batch
+ * row's probabilities and their gradient in fp32, 8*NH*T*T; bf16 adds
+ * their bf16 copies and the row's qkv and dout in bf16, 4*NH*T*T +
+ * 8*T*C); 0 when that overflows size_t (then the passes report
+ * FLOW_ERR_RANGE).  A pure function: no device is touched. */
 FLOW_EXPORT size_t flow_cuda_attention_scratch_bound(size_t B, size_t T,
-						     size_t C, size_t NH);
+						     size_t C, size_t NH,
+						     bool bf16);
 /* dqkv += gradient, the probabilities recomputed from lse; scratch as
  * the forward pass's. */
 FLOW_EXPORT flow_err_t flow_cuda_attention_backward(float *dqkv,

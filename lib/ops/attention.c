@@ -65,9 +65,10 @@ static double attention_backward_flops(const flow_graph_t *g,
 
 /* One batch row's probabilities and their gradient, (2,NH,T,T) in f32,
  * and for bf16 the row's qkv and dout rounded, (4,T,C) counted as f32:
- * the CPU set's figure, for either pass and precision.  The executor asks
- * its kernel set for its own (the reference set keeps doubles, the CUDA
- * set bf16 copies of the probabilities too). */
+ * the CPU set's bf16 figure, which covers either pass and precision.  The
+ * executor asks its kernel set for its own, in the run's precision (the
+ * reference set keeps doubles, the CUDA set bf16 copies of the
+ * probabilities too). */
 static size_t attention_rows_scratch(const flow_graph_t *g,
 				     const flow_graph_op_t *fwd)
 {

@@ -168,8 +168,8 @@ static size_t exec_op_scratch(const flow_exec_t *x, const flow_graph_op_t *op)
 	case FLOW_OP_ATTENTION:
 	case FLOW_OP_ATTENTION_BACKWARD:
 		exec_op_dims(x->g, op, d);
-		return x->kernels->attention_scratch_bound(d[DIM_B], d[DIM_T],
-							   d[DIM_C], d[DIM_NH]);
+		return x->kernels->attention_scratch_bound(
+			d[DIM_B], d[DIM_T], d[DIM_C], d[DIM_NH], x->bf16_gemms);
 	case FLOW_OP_MATMUL:
 	case FLOW_OP_MATMUL_BACKWARD:
 		if (!x->bf16_gemms)

@@ -703,14 +703,14 @@ static void test_attention(bool bf16)
 	float *dout = host_rand(nout, -1.0f, 1.0f);
 	float *dqkv = host_rand(nqkv, -1.0f, 1.0f);
 	void *scratch = host_alloc(flow_cpu_attention_scratch_bound(B, T, C,
-								    NH));
+								    NH, bf16));
 	float *d_qkv = dev_floats(qkv, nqkv);
 	float *d_out = dev_alloc(nout * sizeof(float));
 	float *d_lse = dev_alloc(nlse * sizeof(float));
 	float *d_dout = dev_floats(dout, nout);
 	float *d_dqkv = dev_floats(dqkv, nqkv);
 	void *d_scratch = dev_alloc(flow_cuda_attention_scratch_bound(B, T, C,
-								      NH));
+								      NH, bf16));
 	float *d_lse_cpu = NULL;
 
 	check_init(&c, bf16 ? "attention_bf16_forward" : "attention_forward");

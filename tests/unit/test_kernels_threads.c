@@ -416,7 +416,7 @@ static void attention_forward_with(float *out, bool bf16)
 {
 	float *qkv = buf_random(AT_B * AT_T * 3 * AT_C, 22, 2.0f);
 	void *scratch = flow_alloc(
-		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH));
+		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH, bf16));
 
 	assert_non_null(scratch);
 	flow_cpu_attention_forward(out, out + AT_B * AT_T * AT_C, scratch,
@@ -432,7 +432,7 @@ static void attention_backward_with(float *out, bool bf16)
 	float *y = flow_alloc(AT_B * AT_T * AT_C * sizeof(float));
 	float *lse = flow_alloc(AT_B * AT_NH * AT_T * sizeof(float));
 	void *scratch = flow_alloc(
-		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH));
+		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH, bf16));
 
 	assert_true(y && lse && scratch);
 	flow_cpu_attention_forward(y, lse, scratch, bf16, qkv, AT_B, AT_T,

@@ -154,7 +154,7 @@ static void test_memplan_gpt_graph_never_shares_live_bytes(void **state)
 	/* Sharing pays: the arena is well below the sum of the tensors. */
 	assert_true(plan.arena_bytes < plan.unshared_bytes / 2);
 	assert_int_equal(plan.scratch_bytes,
-			 flow_cpu_attention_scratch_bound(2, 8, 24, 3));
+			 flow_cpu_attention_scratch_bound(2, 8, 24, 3, true));
 	/* The in-place logits gradient shares the logits' bytes. */
 	int logits = flow_graph_find(&g, "lm_head.out");
 	int dlogits = flow_graph_find(&g, "loss.dlogits");

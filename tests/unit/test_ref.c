@@ -171,7 +171,7 @@ static void test_ref_attention_causal_t2_by_hand(void **state)
 	float out[2], lse[2];
 	double scratch[16];
 
-	assert_true(flow_ref_attention_scratch_bound(1, 2, 1, 1) <=
+	assert_true(flow_ref_attention_scratch_bound(1, 2, 1, 1, false) <=
 		    sizeof(scratch));
 	flow_ref_attention_forward(out, lse, scratch, false, attn_qkv, 1, 2, 1,
 				   1);
@@ -189,7 +189,7 @@ static void test_ref_attention_backward_t2_by_hand(void **state)
 	float dqkv[6] = { 0 };
 	double scratch[16];
 
-	assert_true(flow_ref_attention_scratch_bound(1, 2, 1, 1) <=
+	assert_true(flow_ref_attention_scratch_bound(1, 2, 1, 1, false) <=
 		    sizeof(scratch));
 	flow_ref_attention_backward(dqkv, scratch, false, dout, attn_qkv, lse,
 				    1, 2, 1, 1);

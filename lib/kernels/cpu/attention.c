@@ -30,7 +30,8 @@
 #include "kernels/host_bf16_internal.h"
 
 /* The scratch of one batch row: the probabilities and their gradient, and
- * for bf16 the row's qkv and dout rounded. */
+ * for bf16 the row's qkv and dout rounded (NULL for fp32, which has no
+ * room for them). */
 typedef struct {
 	float *att, *datt; /* (NH,T,T) */
 	float *qkv;        /* (T,3C) */
@@ -38,14 +39,16 @@ typedef struct {
 } attention_scratch_t;
 
 static attention_scratch_t attention_carve(void *scratch, size_t T, size_t C,
-					   size_t NH)
+					   size_t NH, bool bf16)
 {
-	attention_scratch_t s;
+	attention_scratch_t s = { NULL, NULL, NULL, NULL };
 
 	s.att = scratch;
 	s.datt = s.att + NH * T * T;
-	s.qkv = s.datt + NH * T * T;
-	s.dout = s.qkv + 3 * T * C;
+	if (bf16) {
+		s.qkv = s.datt + NH * T * T;
+		s.dout = s.qkv + 3 * T * C;
+	}
 	return s;
 }
 
@@ -99,7 +102,7 @@ void flow_cpu_attention_forward(float *out, float *lse, void *scratch,
 {
 	const size_t hs = C / NH, C3 = 3 * C;
 	const int t = (int)T, h3 = (int)C3, c = (int)C, k = (int)hs;
-	attention_scratch_t s = attention_carve(scratch, T, C, NH);
+	attention_scratch_t s = attention_carve(scratch, T, C, NH, bf16);
 
 	for (size_t b = 0; b < B; b++) {
 		const float *x = flow_host_bf16_operand(qkv + b * T * C3,
@@ -122,10 +125,10 @@ void flow_cpu_attention_forward(float *out, float *lse, void *scratch,
 }
 
 size_t flow_cpu_attention_scratch_bound(size_t B, size_t T, size_t C,
-					size_t NH)
+					size_t NH, bool bf16)
 {
 	(void)B;
-	return (2 * NH * T * T + 4 * T * C) * sizeof(float);
+	return (2 * NH * T * T + (bf16 ? 4 * T * C : 0)) * sizeof(float);
 }
 
 void flow_cpu_attention_backward(float *dqkv, void *scratch, bool bf16,
@@ -136,7 +139,7 @@ void flow_cpu_attention_backward(float *dqkv, void *scratch, bool bf16,
 	const size_t hs = C / NH, C3 = 3 * C;
 	const float scale = 1.0f / sqrtf((float)hs);
 	const int t = (int)T, h3 = (int)C3, c = (int)C, k = (int)hs;
-	attention_scratch_t s = attention_carve(scratch, T, C, NH);
+	attention_scratch_t s = attention_carve(scratch, T, C, NH, bf16);
 
 	for (size_t b = 0; b < B; b++) {
 		const float *x = flow_host_bf16_operand(qkv + b * T * C3,

@@ -149,7 +149,8 @@ struct attention_offsets {
 	size_t att, datt, pb, db, qkv, dout, end;
 };
 
-static attention_offsets attention_layout(size_t T, size_t C, size_t NH)
+static attention_offsets attention_layout(size_t T, size_t C, size_t NH,
+					  bool bf16)
 {
 	const size_t tt = NH * T * T, e = sizeof(__nv_bfloat16);
 	attention_offsets o;
@@ -157,6 +158,10 @@ static attention_offsets attention_layout(size_t T, size_t C, size_t NH)
 	o.att = 0;
 	o.datt = o.att + flow_cuda__bf16_align(tt * sizeof(float));
 	o.pb = o.datt + flow_cuda__bf16_align(tt * sizeof(float));
+	if (!bf16) { /* fp32 keeps no rounded copies */
+		o.db = o.qkv = o.dout = o.end = o.pb;
+		return o;
+	}
 	o.db = o.pb + flow_cuda__bf16_align(tt * e);
 	o.qkv = o.db + flow_cuda__bf16_align(tt * e);
 	o.dout = o.qkv + flow_cuda__bf16_align(3 * T * C * e);
@@ -164,19 +169,22 @@ static attention_offsets attention_layout(size_t T, size_t C, size_t NH)
 	return o;
 }
 
+/* The parts of scratch; for fp32 the bf16 ones are NULL. */
 static attention_scratch attention_carve(void *scratch, size_t T, size_t C,
-					 size_t NH)
+					 size_t NH, bool bf16)
 {
-	const attention_offsets o = attention_layout(T, C, NH);
+	const attention_offsets o = attention_layout(T, C, NH, bf16);
 	char *base = (char *)scratch;
-	attention_scratch s;
+	attention_scratch s = {};
 
 	s.att = (float *)(base + o.att);
 	s.datt = (float *)(base + o.datt);
-	s.pb = (__nv_bfloat16 *)(base + o.pb);
-	s.db = (__nv_bfloat16 *)(base + o.db);
-	s.qkv = (__nv_bfloat16 *)(base + o.qkv);
-	s.dout = (__nv_bfloat16 *)(base + o.dout);
+	if (bf16) {
+		s.pb = (__nv_bfloat16 *)(base + o.pb);
+		s.db = (__nv_bfloat16 *)(base + o.db);
+		s.qkv = (__nv_bfloat16 *)(base + o.qkv);
+		s.dout = (__nv_bfloat16 *)(base + o.dout);
+	}
 	return s;
 }
 
@@ -251,7 +259,7 @@ flow_err_t flow_cuda_attention_forward(float *out, float *lse, void *scratch,
 	hs = C / NH;
 	rows = NH * T;
 	scale = 1.0f / sqrtf((float)hs);
-	s = attention_carve(scratch, T, C, NH);
+	s = attention_carve(scratch, T, C, NH, bf16);
 	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
 	for (size_t b = 0; b < B; b++) {
 		const void *x = NULL;
@@ -280,7 +288,7 @@ out:
 }
 
 size_t flow_cuda_attention_scratch_bound(size_t B, size_t T, size_t C,
-					 size_t NH)
+					 size_t NH, bool bf16)
 {
 	size_t tt = 0, tc = 0;
 	(void)B;
@@ -289,7 +297,7 @@ size_t flow_cuda_attention_scratch_bound(size_t B, size_t T, size_t C,
 	    !flow_mul_size(tt, 16, &tt) || !flow_mul_size(T, C, &tc) ||
 	    !flow_mul_size(tc, 8, &tc))
 		return 0;
-	return attention_layout(T, C, NH).end;
+	return attention_layout(T, C, NH, bf16).end;
 }
 
 flow_err_t flow_cuda_attention_backward(float *dqkv, void *scratch, bool bf16,
@@ -310,7 +318,7 @@ flow_err_t flow_cuda_attention_backward(float *dqkv, void *scratch, bool bf16,
 	hs = C / NH;
 	rows = NH * T;
 	scale = 1.0f / sqrtf((float)hs);
-	s = attention_carve(scratch, T, C, NH);
+	s = attention_carve(scratch, T, C, NH, bf16);
 	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
 	for (size_t b = 0; b < B; b++) {
 		const void *x = NULL, *g = NULL;

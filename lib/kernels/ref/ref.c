@@ -311,12 +311,13 @@ void flow_ref_attention_forward(float *out, float *lse, void *scratch,
 }
 
 size_t flow_ref_attention_scratch_bound(size_t B, size_t T, size_t C,
-					size_t NH)
+					size_t NH, bool bf16)
 {
 	(void)NH;
 	/* Two T x T matrices of doubles, then for bf16 the rounded qkv and
 	 * dout. */
-	return 2 * T * T * sizeof(double) + 4 * B * T * C * sizeof(float);
+	return 2 * T * T * sizeof(double) +
+	       (bf16 ? 4 * B * T * C * sizeof(float) : 0);
 }
 
 void flow_ref_attention_backward(float *dqkv, void *scratch, bool bf16,
@@ -331,8 +332,8 @@ void flow_ref_attention_backward(float *dqkv, void *scratch, bool bf16,
 	float *room = (float *)(dpre + T * T);
 	const float *qkv =
 		flow_host_bf16_operand(qkv_in, B * T * 3 * C, bf16, room);
-	const float *dout = flow_host_bf16_operand(dout_in, B * T * C, bf16,
-						   room + B * T * 3 * C);
+	const float *dout = flow_host_bf16_operand(
+		dout_in, B * T * C, bf16, bf16 ? room + B * T * 3 * C : NULL);
 
 	for (size_t b = 0; b < B; b++) {
 		for (size_t h = 0; h < NH; h++) {
