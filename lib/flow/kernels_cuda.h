@@ -21,12 +21,15 @@
  *   device's default memory pool (cudaMallocAsync/cudaFreeAsync on stream).
  *
  * Runtime model.  Kernels run on the calling thread's current device
- * (cudaSetDevice / flow_cuda_set_device).  GEMMs go through cuBLAS with one
- * handle per (thread, device), created on first use and pointed at `stream`
- * before each call, so any number of threads and streams may run kernels at
- * once without sharing a handle.  flow_cuda_release_thread() destroys the
- * calling thread's handles (call it before a worker thread exits; the main
- * thread may leave them to process exit).  There is no other state.
+ * (cudaSetDevice / flow_cuda_set_device).  GEMMs go through cuBLAS and
+ * cuBLASLt with one handle each per (thread, device), created on first use
+ * and pointed at `stream` before each call, so any number of threads and
+ * streams may run kernels at once without sharing a handle.  Beside the
+ * handles a thread keeps, per device, cuBLASLt's workspace and its picks,
+ * the storage's copy stream and one device double for sum_squares;
+ * flow_cuda_release_thread() frees all of it (call it before a worker
+ * thread exits; the main thread may leave it to process exit).  There is
+ * no other state.
  *
  * Determinism.  Every reduction uses a fixed partition of the work and a fixed
  * combination order that depend only on the sizes, never on the device's
@@ -75,8 +78,10 @@ FLOW_EXPORT flow_err_t flow_cuda_device_info(int device,
 					     flow_cuda_device_info_t *info_out,
 					     flow_diag_t *diag) FLOW_MUST_CHECK;
 
-/* Destroy the cuBLAS handles the calling thread created (one per device it
- * used).  Safe to call more than once, and on a thread that made none. */
+/* Free what the calling thread created on the devices it used: cuBLAS and
+ * cuBLASLt handles, the workspace and picks, the copy stream, the
+ * sum_squares double.  Safe to call more than once, and on a thread that
+ * made none. */
 FLOW_EXPORT void flow_cuda_release_thread(void);
 
 /* ---- device memory helpers (for tools and tests) ------------------------- */
@@ -104,7 +109,10 @@ FLOW_EXPORT flow_err_t flow_cuda_sync(cudaStream_t stream,
 				      flow_diag_t *diag) FLOW_MUST_CHECK;
 
 /* ---- matmul: out[n,o] = inp[n,i] . weight[o,i]^T + bias[o] --------------- */
-/* cuBLAS sgemm, then a bias kernel; bias may be NULL. */
+/* With a bias, one cuBLASLt GEMM that adds it in its epilogue, or, where
+ * cuBLASLt has no algorithm for the form (or the bias is under-aligned),
+ * cuBLAS sgemm and then a bias kernel; bias may be NULL (cuBLAS sgemm
+ * alone). */
 FLOW_EXPORT flow_err_t flow_cuda_matmul_forward(float *out, const float *inp,
 						const float *weight,
 						const float *bias, size_t n,

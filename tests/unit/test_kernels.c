@@ -498,6 +498,24 @@ static void test_kernels_matmul_backward_null_grads(void **state)
 	matmul_backward_run(&matmul_fp32, 0.5f, WANT_2);
 }
 
+/* No inputs (in_dim 0): the output is the bias, so the bias still has a
+ * gradient, the column sums of dout, in both sets (as in the CUDA set). */
+static void test_kernels_matmul_backward_without_inputs(void **state)
+{
+	const float dout[2 * 3] = { 1, 2, 3, 4, 5, 6 };
+	const flow_kernels_t *sets[] = { &flow_cpu_kernels, &flow_ref_kernels };
+
+	(void)state;
+	for (size_t s = 0; s < 2; s++) {
+		float dbias[3] = { 0.5f, 0.5f, 0.5f }, nothing[1] = { 7.0f };
+		sets[s]->matmul_backward(nothing, nothing, dbias, dout, nothing,
+					 nothing, 2, 0, 3);
+		assert_true(dbias[0] == 5.5f && dbias[1] == 7.5f &&
+			    dbias[2] == 9.5f);
+		assert_true(nothing[0] == 7.0f); /* no dinp nor dweight */
+	}
+}
+
 /* bf16 operands: the CPU and reference sets against PyTorch's exact sums
  * of bf16-rounded operands, to fp32 accumulation's tolerance. */
 static void test_kernels_matmul_bf16_matches_torch(void **state)
@@ -1411,6 +1429,7 @@ int main(void)
 		cmocka_unit_test(test_kernels_matmul_backward_matches_torch),
 		cmocka_unit_test(test_kernels_matmul_backward_accumulates),
 		cmocka_unit_test(test_kernels_matmul_backward_null_grads),
+		cmocka_unit_test(test_kernels_matmul_backward_without_inputs),
 		cmocka_unit_test(test_kernels_matmul_bf16_matches_torch),
 		cmocka_unit_test(test_kernels_matmul_bf16_differs_from_fp32),
 		cmocka_unit_test(test_kernels_matmul_bf16_panels),

@@ -77,8 +77,12 @@ void flow_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
 			      const float *weight, size_t n, size_t in_dim,
 			      size_t out_dim)
 {
-	if (n == 0 || in_dim == 0 || out_dim == 0)
+	if (n == 0 || out_dim == 0)
 		return;
+	/* With no inputs only the bias has a gradient (and BLAS refuses a
+	 * leading dimension of 0). */
+	if (in_dim == 0)
+		goto bias;
 	/* dinp[n,i] += dout[n,o] . weight[o,i] */
 	if (dinp)
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n,
@@ -91,6 +95,7 @@ void flow_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
 			    (int)out_dim, (int)in_dim, (int)n, 1.0f, dout,
 			    (int)out_dim, inp, (int)in_dim, 1.0f, dweight,
 			    (int)in_dim);
+bias:
 	if (dbias)
 		matmul_dbias(dbias, dout, n, out_dim);
 }

@@ -105,6 +105,13 @@ FLOW_CUDA_HIDDEN flow_err_t flow_cuda__cublaslt_used(cudaStream_t stream,
 FLOW_CUDA_HIDDEN flow_err_t flow_cuda__copy_stream(cudaStream_t *stream_out,
 						   flow_diag_t *diag);
 
+/* Forget the calling thread's cuBLASLt picks (matmul.cu): their handles
+ * are going, and a new handle may get an old one's address. */
+FLOW_CUDA_HIDDEN void flow_cuda__lt_picks_forget(void);
+/* Free the calling thread's state of the kernel table (table.cu): the
+ * device double sum_squares reduces into. */
+FLOW_CUDA_HIDDEN void flow_cuda__table_release_thread(void);
+
 /* cudaEventRecord as a flow_err_t. */
 FLOW_CUDA_HIDDEN flow_err_t flow_cuda__event_record(cudaEvent_t event,
 						    flow_diag_t *diag,

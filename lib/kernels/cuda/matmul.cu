@@ -64,7 +64,8 @@ struct lt_pick {
 	cublasLtHandle_t lt; /* per device */
 	cudaDataType_t type;
 	size_t m, n, k;
-	uint32_t align;
+	uint32_t align;      /* of a, b, d and the pre-activation */
+	uint32_t bias_align; /* which the heuristic reads off the pointer */
 	cublasLtEpilogue_t epilogue;
 	bool found; /* false: cuBLASLt has no algorithm for it */
 	cublasLtMatmulAlgo_t algo;
@@ -74,12 +75,18 @@ struct lt_pick {
 static thread_local lt_pick lt_picks[LT_PICKS];
 static thread_local int lt_npicks;
 
+void flow_cuda__lt_picks_forget(void)
+{
+	lt_npicks = 0;
+}
+
 static lt_pick *lt_pick_find(const lt_pick *key)
 {
 	for (int i = 0; i < lt_npicks; i++) {
 		lt_pick *p = &lt_picks[i];
 		if (p->lt == key->lt && p->type == key->type && p->m == key->m &&
 		    p->n == key->n && p->k == key->k && p->align == key->align &&
+		    p->bias_align == key->bias_align &&
 		    p->epilogue == key->epilogue)
 			return p;
 	}
@@ -165,7 +172,9 @@ static flow_err_t gemm_lt(cudaDataType_t type, size_t m, size_t n, size_t k,
 	FLOW_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n,
 						   (int64_t)m),
 			out);
-	key = lt_pick{ lt, type, m, n, k, align, epilogue, false, {} };
+	key = lt_pick{ lt, type, m, n, k, align,
+		       bias ? common_alignment(bias, bias, bias, bias) : 0u,
+		       epilogue, false, {} };
 	pick = lt_pick_find(&key);
 	if (pick && !pick->found)
 		goto out; /* asked before: no algorithm */
@@ -372,11 +381,14 @@ flow_err_t flow_cuda_gemm(bool trans_a, bool trans_b, size_t m, size_t n,
 	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
 	/* Row-major C = op(A) . op(B) is column-major C^T = op(B)^T . op(A)^T;
 	 * a row-major X is the column-major X^T with its row length as ld. */
+	/* cuBLAS wants every leading dimension >= 1, even of an empty
+	 * operand (k = 0: C = beta C). */
 	FLOW_CUBLAS_TRY(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
 				    trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
 				    (int)m, (int)k, &one, b,
-				    (int)(trans_b ? k : n), a,
-				    (int)(trans_a ? m : k), &beta, c, (int)n),
+				    (int)(trans_b ? (k ? k : 1) : n), a,
+				    (int)(trans_a ? m : (k ? k : 1)), &beta, c,
+				    (int)n),
 			out);
 out:
 	return err;

@@ -187,6 +187,8 @@ void flow_cuda_release_thread(void)
 		tls_lt_done[dev] = NULL;
 		tls_copy_stream[dev] = NULL;
 	}
+	flow_cuda__lt_picks_forget();
+	flow_cuda__table_release_thread();
 	if (have_saved)
 		(void)cudaSetDevice(saved);
 }

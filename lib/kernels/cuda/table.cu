@@ -523,6 +523,14 @@ out:
 	keep(err, diag);
 }
 
+void flow_cuda__table_release_thread(void)
+{
+	if (ts.sum && cudaSetDevice(ts.sum_device) == cudaSuccess)
+		(void)cudaFree(ts.sum); /* synchronises: it is done with */
+	ts.sum = nullptr;
+	ts.sum_device = -1;
+}
+
 void flow_cuda_storage_copy_in_ahead(void *dst, const void *src, size_t bytes,
 				     void *after, void *done)
 {
