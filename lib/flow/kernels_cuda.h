@@ -109,6 +109,12 @@ FLOW_EXPORT flow_err_t flow_cuda_sync(cudaStream_t stream,
 				      flow_diag_t *diag) FLOW_MUST_CHECK;
 
 /* ---- matmul: out[n,o] = inp[n,i] . weight[o,i]^T + bias[o] --------------- */
+/* How the calling thread's forward GEMMs with a bias or a GELU ran so
+ * far: fused in cuBLASLt's epilogue, or as a GEMM and separate passes
+ * (no algorithm for the form, an under-aligned bias): the GPU test says
+ * which, since both give a right answer. */
+FLOW_EXPORT void flow_cuda_matmul_epilogue_counts(uint64_t *fused,
+						  uint64_t *two_pass);
 /* With a bias, one cuBLASLt GEMM that adds it in its epilogue, or, where
  * cuBLASLt has no algorithm for the form (or the bias is under-aligned),
  * cuBLAS sgemm and then a bias kernel; bias may be NULL (cuBLAS sgemm

@@ -80,6 +80,15 @@ void flow_cuda__lt_picks_forget(void)
 	lt_npicks = 0;
 }
 
+/* Forward GEMMs with a bias or a GELU, by the way they ran. */
+static thread_local uint64_t lt_fused, lt_two_pass;
+
+void flow_cuda_matmul_epilogue_counts(uint64_t *fused, uint64_t *two_pass)
+{
+	*fused = lt_fused;
+	*two_pass = lt_two_pass;
+}
+
 static lt_pick *lt_pick_find(const lt_pick *key)
 {
 	for (int i = 0; i < lt_npicks; i++) {
@@ -459,10 +468,12 @@ static flow_err_t gemm_forward(cudaDataType_t type, size_t m, size_t n,
 	float *sum = pre ? pre : d;
 	bool done = false;
 
-	if (bias || pre)
+	if (bias || pre) {
 		FLOW_TRY(gemm_lt(type, m, n, k, a, b, bias, d, pre, &done, diag,
 				 stream),
 			 out);
+		++*(done ? &lt_fused : &lt_two_pass);
+	}
 	if (done)
 		return FLOW_OK;
 	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
