@@ -30,7 +30,10 @@
 # when $PYTHON cannot import torch with CUDA.
 # FLOW_TRAIN and FLOW_SHARD name the programs (default: on PATH); PYTHON
 # the interpreter with torch (default python3: a CUDA build of PyTorch,
-# e.g. a virtual environment with the PyPI wheel, not Debian's CPU one).
+# e.g. a virtual environment with the PyPI wheel, not Debian's CPU one);
+# TORCH_TIMEOUT the seconds each PyTorch run may take [150] (torch.compile
+# compiles for tens of seconds first; one that takes longer is reported,
+# not waited for).
 # Exit status: 0 done, 1 flow-train failed, 2 usage error.
 set -eu
 
@@ -117,13 +120,19 @@ if "$python" -c 'import torch, numpy; assert torch.cuda.is_available()' 2>/dev/n
 	for mode in eager compile; do
 		flag=
 		[ "$mode" = compile ] && flag=--compile
-		if "$python" "$torch_gpt" bench --device cuda --precision "$precision" $flag \
+		rc=0
+		timeout -k 5 "${TORCH_TIMEOUT:-150}" "$python" "$torch_gpt" bench \
+			--device cuda --precision "$precision" $flag \
 			--model "$model" --batch "$batch" --seq-len "$seq" --steps "$steps" \
-			--warmup-steps "$warmup" >"$tmp/torch-$mode.tsv" 2>"$tmp/torch-$mode.err"; then
+			--warmup-steps "$warmup" >"$tmp/torch-$mode.tsv" 2>"$tmp/torch-$mode.err" ||
+			rc=$?
+		if [ "$rc" -eq 0 ]; then
 			ms=$(sed -n 's/^# median_ms //p' "$tmp/torch-$mode.tsv")
 			row "torch-$mode" "$ms"
+		elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+			echo "# torch $mode stopped after ${TORCH_TIMEOUT:-150} s (TORCH_TIMEOUT)"
 		else
-			echo "# torch $mode failed: $(tail -n 1 "$tmp/torch-$mode.err")"
+			echo "# torch $mode failed (exit $rc): $(tail -n 1 "$tmp/torch-$mode.err")"
 		fi
 	done
 	echo "# $(head -n 1 "$tmp/torch-eager.tsv" 2>/dev/null | sed 's/^# //')"

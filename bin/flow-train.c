@@ -544,6 +544,8 @@ static int run_train(flow_tool_t *tool, train_opts_t *o)
 	}
 	if (rc < 0)
 		goto fail;
+	if (speaks)
+		flow_trainer_describe_end(t, stdout);
 	if (c->profile && speaks) { /* rank 0's: N interleaved tables help no one */
 		fflush(stdout);
 		flow_trainer_print_profile(t, stderr);

@@ -184,6 +184,12 @@ FLOW_EXPORT void flow_trainer_describe(const flow_trainer_t *t, FILE *out);
 FLOW_EXPORT int flow_trainer_next(flow_trainer_t *t, flow_train_row_t *row,
 				  flow_diag_t *diag) FLOW_MUST_CHECK;
 
+/* '#' lines for after the last row: on a GPU, the peak of the device
+ * memory the run held (its caching allocator's, over the whole run, ZeRO's
+ * first-step room included); nothing on the CPU. */
+FLOW_EXPORT void flow_trainer_describe_end(const flow_trainer_t *t,
+					   FILE *out);
+
 /* The per-op profile of the steps run so far, TSV with header
  * "op\tcalls\tms\tms_per_step\tpercent\tgflops". */
 FLOW_EXPORT void flow_trainer_print_profile(const flow_trainer_t *t,

@@ -123,6 +123,20 @@ void trainer_describe_device(const flow_trainer_t *t, FILE *out)
 			(double)mem.peak_reserved_bytes / (1024.0 * 1024.0));
 }
 
+void flow_trainer_describe_end(const flow_trainer_t *t, FILE *out)
+{
+	flow_alloc_stats_t mem;
+	flow_diag_t ignored = FLOW_DIAG_INIT;
+
+	if (t->cfg.device == FLOW_DEVICE_CPU ||
+	    flow_cuda_memory_stats(t->gpu.device, &mem, &ignored) != FLOW_OK)
+		return;
+	fprintf(out, "# device memory peak %.1f MiB in use, %.1f MiB reserved "
+		     "over the run\n",
+		(double)mem.peak_in_use_bytes / (1024.0 * 1024.0),
+		(double)mem.peak_reserved_bytes / (1024.0 * 1024.0));
+}
+
 flow_kernel_set_t trainer_kernel_set(const flow_trainer_t *t)
 {
 	return t->cfg.device == FLOW_DEVICE_CUDA ? FLOW_KERNELS_CUDA

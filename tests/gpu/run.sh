@@ -30,6 +30,9 @@
 # Prepare on a networked Debian/Ubuntu machine with tests/gpu/fetch-deps.sh,
 # then carry: configure Makefile.in config.h.in aclocal.m4 build-aux m4 .gpu-deps
 #
+# On the device tool, call it with a timeout_s of 600: over the budget
+# below, so that the script's own limits end it and it prints its summary.
+#
 # Order: setup, configure, build (make all, then the check programs), the GPU
 # test (the one thing only this machine can do, so it runs before make check),
 # make check, benchmark.  Every phase is timed and has a timeout; the whole
@@ -125,9 +128,24 @@ summary() {
 	cat "$logs/summary.txt"
 }
 
-# Killed from outside (the device tool's limit, a ^C): still print what
-# ran, and count the kill as a failure.
-trap 'note "FAILED: killed by a signal after $(($(date +%s) - start))s"; failed=$((failed + 1)); summary; exit 1' TERM INT
+# Killed from outside (the device tool's limit, a ^C): stop the phase
+# running, still print what ran, and count the kill as a failure.
+child=
+trap '[ -z "$child" ] || kill -TERM "$child" 2>/dev/null || true
+note "FAILED: killed by a signal after $(($(date +%s) - start))s"; failed=$((failed + 1)); summary; exit 1' TERM INT
+
+# Every command a phase waits for runs through this: in the background,
+# waited for, because bash runs a trap only once its foreground child has
+# ended, and a phase's timeout puts that child out of reach of a signal
+# sent to our process group.
+bg_wait() {
+	local rc=0
+	"$@" &
+	child=$!
+	wait "$child" || rc=$?
+	child=
+	return "$rc"
+}
 
 # Seconds left of the budget (0 or less when it is spent).
 left() {
@@ -164,7 +182,7 @@ run_phase() {
 	t0=$(date +%s)
 	say "$name: start (timeout ${t}s): $*"
 	phase_rc=0
-	timeout -k 10 "$t" "$@" >>"$log" 2>&1 || phase_rc=$?
+	bg_wait timeout -k 10 "$t" "$@" >>"$log" 2>&1 || phase_rc=$?
 	phase_s=$(($(date +%s) - t0))
 	case $phase_rc in
 	0) note "$name: ok, ${phase_s}s" ;;
@@ -302,7 +320,7 @@ for lib in nccl cudnn; do
 		note "$lib: not in $cuda_dir, nor in PyTorch's nvidia wheels (${py_nvidia:-none found})"
 		continue
 	fi
-	so=$(find "$hdr/lib" -maxdepth 1 -name "lib$lib.so*" 2>/dev/null | sort | head -n 1)
+	so=$(find "$hdr/lib" -maxdepth 1 -name "lib$lib.so*" 2>/dev/null | sort | head -n 1 || true)
 	[ -n "$so" ] || { note "$lib: $hdr has $lib.h but no lib$lib.so*"; continue; }
 	shim=/tmp/flow-$lib
 	rm -rf "$shim"
@@ -592,7 +610,7 @@ t=$(cap 150)
 say "gpu-test: start (timeout ${t}s): $build/tests/gpu/test_cuda_kernels"
 t0=$(date +%s)
 gpu_rc=0
-timeout -k 10 "$t" "$build/tests/gpu/test_cuda_kernels" >"$gpu_out" 2>"$gpu_err" ||
+bg_wait timeout -k 10 "$t" "$build/tests/gpu/test_cuda_kernels" >"$gpu_out" 2>"$gpu_err" ||
 	gpu_rc=$?
 gpu_s=$(($(date +%s) - t0))
 note "gpu-test: exit $gpu_rc, ${gpu_s}s"
@@ -643,7 +661,7 @@ fi
 run_rows() {
 	local label=$1 out=$2 secs=$3 rc=0
 	shift 3
-	timeout -k 10 "$secs" "$@" >"$out" 2>>"$logs/gpu.log" || rc=$?
+	bg_wait timeout -k 10 "$secs" "$@" >"$out" 2>>"$logs/gpu.log" || rc=$?
 	{
 		echo "######## $label: exit $rc"
 		cat "$out"
@@ -689,7 +707,7 @@ if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
 			# (--nproc needs PMIx).
 			ranks=()
 			[ "$ngpu" -gt 1 ] && ranks=(--nproc "$ngpu")
-			timeout -k 5 "$t" "$build/bin/flow-bench" comm "$coll" --backend nccl \
+			bg_wait timeout -k 5 "$t" "$build/bin/flow-bench" comm "$coll" --backend nccl \
 				-b 8 -e 64M -f 8 --iters 5 --warmup 2 --comm-timeout 30 "${ranks[@]}" \
 				>>"$logs/gpu.log" 2>&1 || rc=$?
 			if [ "$rc" -eq 0 ]; then

@@ -174,6 +174,9 @@ static void *dev_alloc(size_t bytes)
 	 * it, and an element a forward kernel leaves unwritten fails the
 	 * comparison (NaN is never within tolerance). */
 	RT(cudaMemset(p, 0xff, bytes));
+	/* The memset is on the legacy stream, which orders nothing on
+	 * g_stream (non-blocking): done before any kernel there reads it. */
+	RT(cudaDeviceSynchronize());
 	g_dev[g_ndev++] = p;
 	return p;
 }
@@ -221,6 +224,8 @@ static void *dev_from(const void *src, size_t bytes)
 {
 	void *p = dev_alloc(bytes);
 	CU(flow_cuda_copy_to_device(p, src, bytes, &g_diag));
+	/* From pageable memory cudaMemcpy may return before the DMA ends. */
+	RT(cudaDeviceSynchronize());
 	return p;
 }
 
@@ -910,6 +915,7 @@ static void test_box_move(void)
 			memcpy(dst, dst0, nd * es);
 			RT(cudaMemcpy(d_dst, dst, nd * es,
 				      cudaMemcpyHostToDevice));
+			RT(cudaDeviceSynchronize()); /* as in dev_from */
 			flow_boxing_move_region(dtypes[k], src, &sbox, dst,
 						&dbox, &region, add);
 			CU(flow_cuda_box_move(dtypes[k], d_src, &sbox, d_dst,

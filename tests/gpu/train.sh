@@ -41,18 +41,33 @@
 #  tp2-nccl, 2x2-nccl  (with 2, or 4, GPUs or more) the same plans over
 #                 NCCL, one rank per GPU: the boxing and the split
 #                 cross-entropy on device memory; within 1e-4 of one GPU.
-#  resume         steps 6-10 resumed from the step-5 checkpoint equal the
+#  kill-resume    a run that checkpoints every step is killed (SIGKILL)
+#                 a few checkpoints in, then resumed from its latest one
+#                 (--resume latest) to the end: every loss of the resumed
+#                 steps and the final checkpoint's tensors (rank file:
+#                 weights, moments, data position) equal the
 #                 uninterrupted run's bit for bit.
 #  gpu-ckpt-on-cpu  the GPU's step-5 checkpoint resumes on the CPU, and its
 #                 losses stay within 1e-4 of the GPU's.
 #  bench-matmul   flow-bench kernel matmul --device cuda at GPT-2 124M's
 #                 GEMM shapes: TFLOP/s against cuBLAS's own, results
 #                 checked against the CPU.
-#  gpt2-124m      GPT-2 124M, T=1024, at FLOW_GPU_BENCH_BATCH (default 8)
-#                 sequences: the run completes; tokens/s, MFU (flow-train's
-#                 formula and the datasheet peak it names) and device memory
-#                 are printed as '#' lines.  In bf16 when bf16 runs, else
-#                 fp32 (said in the line).
+#  gpt2-124m      GPT-2 124M, T=1024, at the largest batch that fits
+#                 (below; FLOW_GPU_BENCH_BATCH sets one): the run
+#                 completes; tokens/s, MFU (flow-train's formula and the
+#                 datasheet peak it names) and the peak device memory are
+#                 printed as '#' lines, with PyTorch eager and
+#                 torch.compile at the same batch where importable.  In
+#                 bf16 when bf16 runs, else fp32 (said in the line).
+#                 The batch: the largest power of two up to
+#                 FLOW_GPU_BENCH_MAX_BATCH (64) whose memory by
+#                 flow-train --emit-graph (arena, parameters and gradients,
+#                 AdamW's two moments, scratch) is at most 85% of the GPU's
+#                 (nvidia-smi; 8 without it).  Why at most 64: PyTorch eager
+#                 keeps about 0.9 GB per sequence at T=1024 (bf16 autocast
+#                 activations, fp32 logits and their gradient), so beyond
+#                 64 it may not fit an H100/H200 and the ratios need both at
+#                 the same batch.
 #
 # FLOW_GPU_TEST_DEVICE=cpu runs every check with --device cpu instead, to
 # check this script on a machine without a GPU: gpt2-124m then fails (its
@@ -73,6 +88,21 @@ failed=0
 row() { # NAME OK DETAIL
 	printf '%s\t%s\t%s\n' "$1" "$2" "$3"
 	[ "$2" = yes ] || failed=$((failed + 1))
+}
+
+# Each program runs in the background and is waited for, so that a TERM
+# from run.sh's timeout reaches this script at once and, through the
+# trap, the program's own timeout (which passes it on to the program and
+# its ranks): nothing outlives the check.
+child=
+trap '[ -z "$child" ] || kill -TERM "$child" 2>/dev/null; exit 143' TERM INT
+bg_wait() {
+	local rc=0
+	"$@" &
+	child=$!
+	wait "$child" || rc=$?
+	child=
+	return "$rc"
 }
 
 # Column $2 (3: loss, 5: grad_norm) of flow-train's train rows in file
@@ -111,7 +141,7 @@ run() { # NAME ARGS...: flow-train into NAME.tsv, NAME.err; returns its status
 	shift
 	# A hung run (a rank waiting on a collective) must not take the time
 	# of every check after it.
-	timeout -k 5 90 "$bin/flow-train" "$@" >"$name.tsv" 2>"$name.err"
+	bg_wait timeout -k 5 90 "$bin/flow-train" "$@" >"$name.tsv" 2>"$name.err"
 }
 
 # --nproc is flow's PMIx launcher: without PMIx in the build the
@@ -209,17 +239,48 @@ for mesh in tp2:2:tp 2x2:2x2:dp,tp; do
 	fi
 done
 
-STEPS10=(--model "$MODEL" --batch 8 --seq-len 64 --steps 10 --seed 7 --peak-gflops 0 --data data)
-if run full "${STEPS10[@]}" --device "$dev" --ckpt-dir ck --ckpt-every 5 &&
-	run resumed "${STEPS10[@]}" --device "$dev" --resume ck/step-00000005; then
-	if cmp -s <(losses full.tsv | tail -n 5) <(losses resumed.tsv); then
-		row resume yes "steps 6-10 equal bit for bit"
+# Killed and resumed: a run checkpointing every step, SIGKILLed a few
+# checkpoints in, resumed from the latest, against the run never killed.
+STEPS=(--model "$MODEL" --batch 8 --seq-len 64 --steps 40 --seed 7 --peak-gflops 0 --data data)
+last=ck/step-00000040
+if run full "${STEPS[@]}" --device "$dev" --ckpt-dir ckfull --ckpt-every 5; then
+	rm -rf ck
+	"$bin/flow-train" "${STEPS[@]}" --device "$dev" --ckpt-dir ck --ckpt-every 1 \
+		>killed.tsv 2>killed.err &
+	pid=$!
+	child=$pid # the trap's, while this waits
+	for _ in $(seq 1 3000); do # 60 s at most
+		[ "$(find ck -name manifest 2>/dev/null | wc -l)" -ge 3 ] && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.02
+	done
+	kill -KILL "$pid" 2>/dev/null
+	st=0
+	wait "$pid" 2>/dev/null || st=$?
+	child=
+	if [ -e "$last/manifest" ]; then
+		row kill-resume no "the run ended before the kill (exit $st): nothing to resume"
+	elif [ "$st" -ne 137 ]; then
+		row kill-resume no "the run did not die of the kill (exit $st): $(why killed.err)"
+	elif ! run resumed "${STEPS[@]}" --device "$dev" --ckpt-dir ck --ckpt-every 1 \
+		--resume latest; then
+		row kill-resume no "resume: $(why resumed.err)"
 	else
-		row resume no "steps 6-10 differ: $(losses full.tsv | tail -n 5 | tr '\n' ' ') vs $(losses resumed.tsv | tr '\n' ' ')"
+		from=$(sed -n 's/^# resumed from .* (step \([0-9]*\))$/\1/p' resumed.tsv)
+		if [ -z "$from" ] || [ "$from" -lt 1 ]; then
+			row kill-resume no "the resumed run does not say it resumed (step '${from}')"
+		elif ! cmp -s <(losses full.tsv | tail -n +"$((from + 1))") <(losses resumed.tsv); then
+			row kill-resume no "steps $((from + 1))-40 differ from the run never killed"
+		elif ! cmp -s ckfull/step-00000040/rank-00000.bin "$last/rank-00000.bin"; then
+			row kill-resume no "steps equal, but the final checkpoints differ"
+		else
+			row kill-resume yes "killed after step $from's checkpoint; steps $((from + 1))-40 and the step-40 checkpoint equal bit for bit"
+		fi
 	fi
-	if run oncpu "${STEPS10[@]}" --device cpu --resume ck/step-00000005; then
-		tail -n +1 full.tsv | awk -F'\t' '$2 == "train" && $1 > 5' >full6.tsv
-		d=$(paste <(awk -F'\t' '{print $3}' full6.tsv) <(losses oncpu.tsv) | awk '
+	# Steps 6-10 of it: the rest add CPU-GPU drift, not the checkpoint's.
+	if run oncpu "${STEPS[@]}" --device cpu --resume ckfull/step-00000005; then
+		awk -F'\t' '$2 == "train" && $1 > 5 && $1 <= 10' full.tsv >full6.tsv
+		d=$(paste <(awk -F'\t' '{print $3}' full6.tsv) <(losses oncpu.tsv | head -n 5) | awk '
 			{ d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > m) m = d; if (d > 1e-4) bad = 1; n++ }
 			END { printf "%d losses, max rel diff %.3g", n, m; exit (bad || n != 5) }') &&
 			row gpu-ckpt-on-cpu yes "$d" || row gpu-ckpt-on-cpu no "$d"
@@ -227,7 +288,7 @@ if run full "${STEPS10[@]}" --device "$dev" --ckpt-dir ck --ckpt-every 5 &&
 		row gpu-ckpt-on-cpu no "$(why oncpu.err)"
 	fi
 else
-	row resume no "$(why full.err) $(why resumed.err)"
+	row kill-resume no "$(why full.err)"
 	row gpu-ckpt-on-cpu no "no GPU checkpoint"
 fi
 
@@ -235,7 +296,7 @@ fi
 # cuBLAS's own sgemm, at GPT-2 124M's shapes for B=8, T=1024, every result
 # checked against the CPU kernel.
 if [ "$dev" = cuda ] &&
-	"$bin/flow-bench" kernel matmul --device cuda --iters 10 --warmup 3 \
+	bg_wait timeout -k 5 60 "$bin/flow-bench" kernel matmul --device cuda --iters 10 --warmup 3 \
 		--shape 8192,768,2304 --shape 8192,768,3072 --shape 8192,3072,768 \
 		--shape 8192,768,50304 >bench.tsv 2>bench.err; then
 	row bench-matmul yes "$(awk -F'\t' '$1 == "matmul" { printf "%s %s %.1f TFLOP/s (cuBLAS %.1f, %.2f); ", $3, $2, $7 / 1e3, $10 / 1e3, $11 }' bench.tsv)"
@@ -247,19 +308,61 @@ fi
 # GPT-2 124M through bench/gpu-train-vs-torch.sh: flow, and PyTorch eager
 # and torch.compile where PyTorch with CUDA is importable.  bf16 when flow
 # runs it, else fp32 (said in the row).
-B=${FLOW_GPU_BENCH_BATCH:-8}
+# The batch (see the header): flow-train --emit-graph's figures at each
+# candidate against 85% of the GPU's memory; sets B and why.
+gpt2_batch() {
+	local total b need line
+	total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null |
+		head -n 1 | tr -d ' ' || true) # MiB
+	case $total in '' | *[!0-9]*)
+		B=8 why_b="no GPU memory figure from nvidia-smi: 8"
+		return
+		;;
+	esac
+	b=${FLOW_GPU_BENCH_MAX_BATCH:-64}
+	while [ "$b" -ge 8 ]; do
+		line=$("$bin/flow-train" --model gpt2-124m --batch "$b" --seq-len 1024 --emit-graph 2>/dev/null |
+			head -n 1 || true)
+		# arena + persistent (parameters, gradients) twice (AdamW's m, v) + scratch
+		need=$(printf '%s\n' "$line" | sed -n 's/.*; arena \([0-9]*\) bytes .*, persistent \([0-9]*\) bytes, scratch \([0-9]*\) bytes$/\1 \2 \3/p' |
+			awk '{ printf "%.0f", $1 + 2 * $2 + $3 }')
+		if [ -n "$need" ] && [ "$need" -le $((total * 1048576 / 100 * 85)) ]; then
+			B=$b why_b="the largest up to ${FLOW_GPU_BENCH_MAX_BATCH:-64} that fits: $((need >> 20)) MiB planned of $total MiB"
+			return
+		fi
+		b=$((b / 2))
+	done
+	B=8 why_b="none up to ${FLOW_GPU_BENCH_MAX_BATCH:-64} fits $total MiB by the plan: 8"
+}
+if [ -n "${FLOW_GPU_BENCH_BATCH:-}" ]; then
+	B=$FLOW_GPU_BENCH_BATCH why_b="FLOW_GPU_BENCH_BATCH"
+else
+	gpt2_batch
+fi
 gpt2() { # PRECISION
-	FLOW_TRAIN=$bin/flow-train FLOW_SHARD=$bin/flow-shard sh "$src/bench/gpu-train-vs-torch.sh" \
+	bg_wait timeout -k 5 200 env FLOW_TRAIN="$bin/flow-train" FLOW_SHARD="$bin/flow-shard" \
+		sh "$src/bench/gpu-train-vs-torch.sh" \
 		--batch "$B" --seq-len 1024 --steps 4 --warmup-steps 2 --precision "$1" \
 		>gpt2.out 2>gpt2.err
 }
 prec=bf16
+gpt2_rc=0
+gpt2 bf16 || gpt2_rc=$?
+# Out of memory after all (the plan does not count CUDA's own): half.
+if [ "$gpt2_rc" -ne 0 ] && [ "$B" -gt 8 ] && grep -qi 'out of memory' gpt2.err; then
+	B=$((B / 2)) why_b="$why_b; out of memory there, so half"
+	gpt2_rc=0
+	gpt2 bf16 || gpt2_rc=$?
+fi
 # Should flow's bf16 fail, fp32 without PyTorch (PYTHON=false: not
 # importable), so that the fallback costs one flow run, not three.
-gpt2 bf16 || { prec=fp32; PYTHON=false gpt2 fp32; }
-if [ $? -eq 0 ]; then
+if [ "$gpt2_rc" -ne 0 ]; then
+	prec=fp32 gpt2_rc=0
+	PYTHON=false gpt2 fp32 || gpt2_rc=$?
+fi
+if [ "$gpt2_rc" -eq 0 ]; then
 	stats=$(awk -F'\t' '$1 == "flow" { printf "%s ms/step, %s tokens/s, MFU %s", $2, $3, $4 }' gpt2.out)
-	row gpt2-124m yes "$prec, B=$B, T=1024: $stats"
+	row gpt2-124m yes "$prec, B=$B ($why_b), T=1024: $stats"
 	awk '/^program/ { t = 1 } t || /^#/' gpt2.out | sed 's/^\([^#]\)/# \1/'
 else
 	row gpt2-124m no "$(grep -m1 -E 'failed|error|flow-' gpt2.err || tail -n 1 gpt2.err)"

@@ -409,16 +409,23 @@ void *flow_cuda_storage_alloc(size_t bytes)
 	void *p = nullptr;
 	flow_diag_t diag_ = FLOW_DIAG_INIT;
 	flow_diag_t *diag = &diag_;
-	std::lock_guard<std::mutex> hold(alloc_lock);
-	flow_caching_alloc_t *a = device_alloc(diag);
-	if (!a || flow_caching_alloc_malloc(a, bytes, &p, diag) != FLOW_OK)
-		return nullptr;
+	flow_caching_alloc_t *a = nullptr;
+	{
+		std::lock_guard<std::mutex> hold(alloc_lock);
+		a = device_alloc(diag);
+		if (!a ||
+		    flow_caching_alloc_malloc(a, bytes, &p, diag) != FLOW_OK)
+			return nullptr;
+	}
 	/* Zeroed, as the storage contract says, and waited for: a plain
 	 * cudaMemset may return before it is done and orders only the
 	 * blocking streams after it, not NCCL's non-blocking one, which may
-	 * write the memory first (a ZeRO landing buffer). */
+	 * write the memory first (a ZeRO landing buffer).  Outside the lock:
+	 * this thread's queue may wait on a collective whose other ranks
+	 * (threads) are allocating. */
 	if (bytes && (cudaMemsetAsync(p, 0, bytes, STREAM) != cudaSuccess ||
 		      cudaStreamSynchronize(STREAM) != cudaSuccess)) {
+		std::lock_guard<std::mutex> hold(alloc_lock);
 		flow_caching_alloc_release(a, p);
 		return nullptr;
 	}
