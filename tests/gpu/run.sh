@@ -130,9 +130,12 @@ summary() {
 
 # Killed from outside (the device tool's limit, a ^C): stop the phase
 # running, still print what ran, and count the kill as a failure.
+# The trap may run inside a redirected call (bg_wait's): it writes to
+# the script's own stdout and stderr, kept as fds 8 and 9.
+exec 8>&1 9>&2
 child=
 trap '[ -z "$child" ] || kill -TERM "$child" 2>/dev/null || true
-note "FAILED: killed by a signal after $(($(date +%s) - start))s"; failed=$((failed + 1)); summary; exit 1' TERM INT
+{ note "FAILED: killed by a signal after $(($(date +%s) - start))s"; failed=$((failed + 1)); summary; } >&8 2>&9; exit 1' TERM INT
 
 # Every command a phase waits for runs through this: in the background,
 # waited for, because bash runs a trap only once its foreground child has
@@ -140,7 +143,7 @@ note "FAILED: killed by a signal after $(($(date +%s) - start))s"; failed=$((fai
 # sent to our process group.
 bg_wait() {
 	local rc=0
-	"$@" &
+	"$@" 8>&- 9>&- &
 	child=$!
 	wait "$child" || rc=$?
 	child=

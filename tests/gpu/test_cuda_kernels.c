@@ -684,7 +684,11 @@ static void test_gelu(void)
 	flow_cpu_gelu_backward(dinp, inp, dout, n);
 	CU(flow_cuda_gelu_backward(d_dinp, d_inp, d_dout, n, &g_diag,
 				   g_stream));
-	check_floats(&c, "dinp", dinp, d_dinp, n, 1e-6, 1e-5);
+	/* atol 3e-6, not 1e-6: CUDA's tanhf may be 2 ulp from the CPU's
+	 * tanh, and near |x| = 4, where 1 - tanh^2 cancels, that moves the
+	 * gradient by up to 1.5e-6 on values of 3e-4 (emulated over 3.1M
+	 * inputs of these distributions; a wrong index is off by O(1)). */
+	check_floats(&c, "dinp", dinp, d_dinp, n, 3e-6, 1e-5);
 	TIME_US(us, flow_cuda_gelu_backward(d_dinp, d_inp, d_dout, n, &g_diag,
 					    g_stream));
 	report(&c, us);

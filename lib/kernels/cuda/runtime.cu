@@ -221,7 +221,19 @@ flow_err_t flow_cuda_device_count(int *count_out, flow_diag_t *diag)
 flow_err_t flow_cuda_set_device(int device, flow_diag_t *diag)
 {
 	flow_err_t err = FLOW_OK;
+	cudaMemPool_t pool = nullptr;
+	uint64_t keep = UINT64_MAX;
+
 	FLOW_CUDA_TRY(cudaSetDevice(device), out);
+	/* The pool the kernels' stream-ordered temporaries come from (the
+	 * embedding backward's sort, AdamW's tables) keeps what they give
+	 * back: by default it trims at every synchronisation, and each step
+	 * would map the same memory again.  Only speed hangs on it: a device
+	 * without pools runs as before. */
+	if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess ||
+	    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+				    &keep) != cudaSuccess)
+		(void)cudaGetLastError();
 out:
 	return err;
 }
