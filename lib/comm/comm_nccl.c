@@ -138,27 +138,25 @@ static flow_err_t wait_done(flow_comm_t *c, nccl_state_t *s, bool stream,
 typedef struct gpu_id {
 	char bus[32];
 	int32_t node;
+	int32_t ok; /* 0: this rank could not take a GPU (its own line says why) */
 } gpu_id_t;
 
-/* The device by the binding rule every rank follows (flow/gpu_binding.h):
- * the local rank when every rank sees all the node's GPUs, 0 when Slurm
- * gives each rank one of its own, FLOW_CUDA_DEVICE when the user says.
- * Two ranks of one node on the same GPU would reach NCCL as a hang or a
- * crash, so they are refused here, naming both. */
-static flow_err_t pick_device(flow_comm_t *c, flow_diag_t *diag)
+/* This rank's GPU by the binding rule: c->device set and made current,
+ * its PCI bus id in mine. */
+static flow_err_t take_device(flow_comm_t *c, gpu_id_t *mine,
+			      flow_diag_t *diag)
 {
 	const flow_world_info_t *me = flow_world_info(c->world);
 	int n = 0;
 	flow_err_t err = FLOW_OK;
-	gpu_id_t mine = { .node = me->node }, *all = NULL;
-	size_t *counts = NULL;
+	flow_gpu_binding_input_t in = { 0 };
+	flow_gpu_binding_t bound;
+
 	FLOW_CUDA_TRY_C(c, cudaGetDeviceCount(&n), out);
 	if (n < 1) {
 		err = flow_comm_fail(c, diag, FLOW_ERR_DEVICE, "no CUDA device");
 		goto out;
 	}
-	flow_gpu_binding_input_t in = { 0 };
-	flow_gpu_binding_t bound;
 	flow_gpu_binding_input_from_env(&in);
 	in.rank = me->rank;
 	in.local_rank = me->local_rank;
@@ -169,9 +167,28 @@ static flow_err_t pick_device(flow_comm_t *c, flow_diag_t *diag)
 		goto out;
 	c->device = bound.device;
 	FLOW_CUDA_TRY_C(c, cudaSetDevice(c->device), out);
-	FLOW_CUDA_TRY_C(c, cudaDeviceGetPCIBusId(mine.bus, sizeof mine.bus,
+	FLOW_CUDA_TRY_C(c, cudaDeviceGetPCIBusId(mine->bus, sizeof mine->bus,
 						 c->device),
 			out);
+out:
+	return err;
+}
+
+/* The device by the binding rule every rank follows (flow/gpu_binding.h):
+ * the local rank when every rank sees all the node's GPUs, 0 when Slurm
+ * gives each rank one of its own, FLOW_CUDA_DEVICE when the user says.
+ * Two ranks of one node on the same GPU would reach NCCL as a hang or a
+ * crash, so they are refused here, naming both.  Every rank joins the
+ * all-gather, a failed one too (with ok 0), so all fail together instead
+ * of the rest by timeout. */
+static flow_err_t pick_device(flow_comm_t *c, flow_diag_t *diag)
+{
+	const flow_world_info_t *me = flow_world_info(c->world);
+	gpu_id_t mine = { .node = me->node }, *all = NULL;
+	size_t *counts = NULL;
+	flow_err_t err = take_device(c, &mine, diag);
+
+	mine.ok = err == FLOW_OK;
 	all = calloc((size_t)c->size, sizeof *all);
 	counts = calloc((size_t)c->size, sizeof *counts);
 	if (!all || !counts) {
@@ -180,7 +197,21 @@ static flow_err_t pick_device(flow_comm_t *c, flow_diag_t *diag)
 	}
 	for (int r = 0; r < c->size; r++)
 		counts[r] = sizeof mine;
+	if (err) { /* this rank's own line stands */
+		flow_diag_t ignored = FLOW_DIAG_INIT;
+		flow_err_t also = flow_all_gather(c->host, &mine, all, counts,
+						  FLOW_DTYPE_U8, &ignored);
+		(void)also;
+		goto out;
+	}
 	err = flow_all_gather(c->host, &mine, all, counts, FLOW_DTYPE_U8, diag);
+	for (int r = 0; !err && r < c->size; r++)
+		if (!all[r].ok)
+			err = flow_comm_fail(c, diag, FLOW_ERR_DEVICE,
+					     "rank %d (%s) could not take its GPU",
+					     c->world_ranks[r],
+					     flow_world_host_of(c->world,
+								c->world_ranks[r]));
 	/* Every rank sees every pair, so all refuse together (no rank is
 	 * left waiting for the unique id). */
 	for (int a = 0; !err && a < c->size; a++)
@@ -230,6 +261,29 @@ out:
 	return err;
 }
 
+/* A non-blocking split runs as its parent's job, and NCCL writes the child
+ * into s->comm only when it is done (NULL until then): wait on the
+ * parent, then on the child.  Should the parent fail, wait_done aborts
+ * it, which waits for its split job, so nothing writes into s afterwards;
+ * the parent's failure is then its own for good. */
+static flow_err_t split_done(flow_comm_t *c, flow_comm_t *parent,
+			     flow_diag_t *diag)
+{
+	nccl_state_t *s = c->impl;
+	flow_err_t err = wait_done(c, parent->impl, false, diag);
+	if (err) {
+		parent->failed = true;
+		if (s->comm)
+			ncclCommAbort(s->comm);
+		s->comm = NULL;
+		return err;
+	}
+	if (!s->comm)
+		return flow_comm_fail(c, diag, FLOW_ERR_DEVICE,
+				      "NCCL: the split gave no communicator");
+	return wait_done(c, s, false, diag);
+}
+
 static void nccl_destroy(flow_comm_t *c)
 {
 	nccl_state_t *s = c->impl;
@@ -277,7 +331,7 @@ flow_err_t flow_comm_nccl_init(flow_comm_t *c, flow_comm_t *parent,
 		FLOW_NCCL_TRY(c, ncclCommSplit(ps->comm, c->world_ranks[0],
 					       c->rank, &s->comm, &config),
 			      out);
-		err = wait_done(c, s, false, diag);
+		err = split_done(c, parent, diag);
 	}
 	if (err)
 		goto out;

@@ -3,7 +3,9 @@
  * up), the same tokens, then the loss of a forward pass, every parameter
  * gradient of a backward pass, and every parameter, moment and the
  * gradient norm after one clipped AdamW step, and the loss of the next
- * batch copied up on the copy stream.  Between the kernel test
+ * batch copied up on the copy stream; and, in a build with NCCL, a
+ * communicator split from a one-rank NCCL world (every group of a plan is
+ * one), summing device memory.  Between the kernel test
  * (tests/gpu/test_cuda_kernels.c, one kernel at a time) and the trainer
  * (tests/gpu/train.sh): a failure here is in the executor's device paths
  * (storage, copies, dispatch, the optimizer on the device), not a kernel's
@@ -31,11 +33,13 @@
 #include <string.h>
 
 #include <flow/caching_alloc.h>
+#include <flow/comm.h>
 #include <flow/device.h>
 #include <flow/exec.h>
 #include <flow/mem.h>
 #include <flow/model.h>
 #include <flow/optim.h>
+#include <flow/world.h>
 
 #define PROG "test_cuda_exec"
 #define SPEC "gpt:layers=2,heads=4,dim=128,vocab=256,seq=64"
@@ -118,6 +122,35 @@ static void check_role(flow_exec_t *cpu, flow_exec_t *gpu,
 		flow_free(a);
 		flow_free(b);
 	}
+}
+
+/* A plan's groups are NCCL communicators split from the world's: one
+ * split of a one-rank world (a singleton, no launcher), then an all-reduce
+ * on device memory through the child.  One row. */
+static void check_nccl_split(flow_exec_t *gpu)
+{
+	const flow_exec_storage_t *st = flow_exec_storage(gpu);
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_world_t *w = NULL;
+	flow_comm_t *world = NULL, *child = NULL;
+	const float x[4] = { 1.5f, -2.0f, 3.25f, 0.0f };
+	float got[4] = { 0 };
+	void *d = st->alloc(sizeof x);
+
+	if (!d || flow_world_init(&w, 30.0, &diag) != FLOW_OK ||
+	    flow_comm_world(w, FLOW_COMM_NCCL, &world, &diag) != FLOW_OK ||
+	    flow_comm_split(world, 0, 0, &child, &diag) != FLOW_OK)
+		die("an NCCL split", &diag);
+	if (flow_exec_copy_in(gpu, d, x, sizeof x, &diag) != FLOW_OK ||
+	    flow_all_reduce(child, d, d, 4, FLOW_DTYPE_F32, &diag) != FLOW_OK ||
+	    flow_exec_copy_out(gpu, got, d, sizeof got, &diag) != FLOW_OK)
+		die("an all-reduce on the split", &diag);
+	check("nccl split all_reduce", x, got, 4, 0.0, 0.0);
+	st->free(d);
+	flow_comm_free(child);
+	flow_comm_free(world);
+	if (flow_world_free(w, &diag) != FLOW_OK)
+		die("flow_world_free", &diag);
 }
 
 int main(void)
@@ -216,6 +249,10 @@ int main(void)
 	st->event_free(read);
 	st->event_free(copied);
 	st->host_free(pinned);
+
+#ifdef HAVE_NCCL
+	check_nccl_split(gpu);
+#endif
 
 	flow_alloc_stats_t mem;
 	if (flow_cuda_memory_stats(0, &mem, &diag) == FLOW_OK)
