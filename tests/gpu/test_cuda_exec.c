@@ -124,6 +124,7 @@ static void check_role(flow_exec_t *cpu, flow_exec_t *gpu,
 	}
 }
 
+#ifdef HAVE_NCCL
 /* A plan's groups are NCCL communicators split from the world's: one
  * split of a one-rank world (a singleton, no launcher), then an all-reduce
  * on device memory through the child.  One row. */
@@ -152,6 +153,7 @@ static void check_nccl_split(flow_exec_t *gpu)
 	if (flow_world_free(w, &diag) != FLOW_OK)
 		die("flow_world_free", &diag);
 }
+#endif
 
 int main(void)
 {
