@@ -197,14 +197,13 @@ static flow_err_t pick_device(flow_comm_t *c, flow_diag_t *diag)
 	}
 	for (int r = 0; r < c->size; r++)
 		counts[r] = sizeof mine;
-	if (err) { /* this rank's own line stands */
-		flow_diag_t ignored = FLOW_DIAG_INIT;
-		flow_err_t also = flow_all_gather(c->host, &mine, all, counts,
-						  FLOW_DTYPE_U8, &ignored);
-		(void)also;
-		goto out;
-	}
-	err = flow_all_gather(c->host, &mine, all, counts, FLOW_DTYPE_U8, diag);
+	/* A rank that failed joins with ok 0; its own line stands. */
+	flow_diag_t ignored = FLOW_DIAG_INIT;
+	flow_err_t gathered = flow_all_gather(c->host, &mine, all, counts,
+					      FLOW_DTYPE_U8,
+					      err ? &ignored : diag);
+	if (!err)
+		err = gathered;
 	for (int r = 0; !err && r < c->size; r++)
 		if (!all[r].ok)
 			err = flow_comm_fail(c, diag, FLOW_ERR_DEVICE,

@@ -91,14 +91,15 @@ typedef struct flow_exec_storage {
 	void (*event_wait)(void *event);
 	void (*event_free)(void *event);
 	/* A copy beside the kernels, for a storage with events and a copy
-	 * stream (NULL in the host's; the staged storage's copies at once):
-	 * bytes from src, host_alloc memory, to dst, queued behind the work
-	 * recorded in event after (NULL: nothing) but not behind the kernels
-	 * enqueued since, so it overlaps them; then event done (NULL: none)
-	 * is recorded.  src must stay as it is until done's work is done.
-	 * kernels_wait makes the kernels enqueued from now on wait for
-	 * event's work, on the device: the host goes on.  A failure is kept
-	 * as copy_in's. */
+	 * stream (NULL in the host's; every storage the host cannot address
+	 * has one, since the trainer brings its batches up with it; the
+	 * staged storage's copies at once): bytes from src, host_alloc
+	 * memory, to dst, queued behind the work recorded in event after
+	 * (NULL: nothing) but not behind the kernels enqueued since, so it
+	 * overlaps them; then event done (NULL: none) is recorded.  src must
+	 * stay as it is until done's work is done.  kernels_wait makes the
+	 * kernels enqueued from now on wait for event's work, on the device:
+	 * the host goes on.  A failure is kept as copy_in's. */
 	void (*copy_in_ahead)(void *dst, const void *src, size_t bytes,
 			      void *after, void *done);
 	void (*kernels_wait)(void *event);

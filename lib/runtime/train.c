@@ -277,14 +277,12 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 			return flow_diag_set(diag, FLOW_ERR_NOMEM,
 					     "out of memory for the batch's "
 					     "host buffers");
-		if (st->copy_in_ahead) {
-			t->inputs_read = st->event_new();
-			t->inputs_copied = st->event_new();
-			if (!t->inputs_read || !t->inputs_copied)
-				return flow_diag_set(diag, FLOW_ERR_DEVICE,
-						     "cannot make the events "
-						     "of the batch's copies");
-		}
+		t->inputs_read = st->event_new();
+		t->inputs_copied = st->event_new();
+		if (!t->inputs_read || !t->inputs_copied)
+			return flow_diag_set(diag, FLOW_ERR_DEVICE,
+					     "cannot make the events of the "
+					     "batch's copies");
 	}
 	/* The gradient of the mean loss over the whole step of all ranks:
 	 * the ranks' gradients then only need summing. */
@@ -625,30 +623,23 @@ static int32_t *host_targets(flow_trainer_t *t)
 			       : flow_exec_tensor(t->exec, t->targets);
 }
 
-/* The batch in the host buffers up to a device.  With a copy stream
- * the copies wait only for the kernels that last read the inputs (the
+/* The batch in the host buffers up to a device, on its copy stream: the
+ * copies wait only for the kernels that last read the inputs (the
  * previous micro-batch's backward pass), so they overlap the rest of the
  * previous step (its gradient sums, the optimizer), and the host goes on
- * queueing the next pass, whose kernels wait for them on the device.
- * Without one, in order with the kernels, waited for. */
-static flow_err_t upload_batch(flow_trainer_t *t, flow_diag_t *diag)
+ * queueing the next pass, whose kernels wait for them on the device.  A
+ * failure is kept for the next pass to report. */
+static void upload_batch(flow_trainer_t *t)
 {
 	const flow_exec_storage_t *st = flow_exec_storage(t->exec);
-	if (!st->copy_in_ahead) {
-		flow_err_t err = flow_exec_tensor_upload(t->exec, t->tokens,
-							 t->tokens_host, diag);
-		if (err == FLOW_OK)
-			err = flow_exec_tensor_upload(t->exec, t->targets,
-						      t->targets_host, diag);
-		return err;
-	}
-	size_t bytes = flow_graph_tensor_bytes(&t->graph, t->tokens);
 	st->copy_in_ahead(flow_exec_tensor(t->exec, t->tokens), t->tokens_host,
-			  bytes, t->inputs_read, NULL);
+			  flow_graph_tensor_bytes(&t->graph, t->tokens),
+			  t->inputs_read, NULL);
 	st->copy_in_ahead(flow_exec_tensor(t->exec, t->targets),
-			  t->targets_host, bytes, NULL, t->inputs_copied);
+			  t->targets_host,
+			  flow_graph_tensor_bytes(&t->graph, t->targets), NULL,
+			  t->inputs_copied);
 	st->kernels_wait(t->inputs_copied);
-	return FLOW_OK; /* a failure is the next pass's */
 }
 
 /* After a pass that read the inputs: the next batch's copies wait for
@@ -660,7 +651,7 @@ static void mark_inputs_read(flow_trainer_t *t)
 }
 
 /* The next micro-batch of l into the input tensors, copied up to a
- * device: flow_loader_next's result, or a device failure. */
+ * device: flow_loader_next's result. */
 static int trainer_load(flow_trainer_t *t, flow_loader_t *l, flow_diag_t *diag)
 {
 	/* The last copy out of the host buffers must be done before the
@@ -668,10 +659,9 @@ static int trainer_load(flow_trainer_t *t, flow_loader_t *l, flow_diag_t *diag)
 	if (t->inputs_copied)
 		flow_exec_storage(t->exec)->event_wait(t->inputs_copied);
 	int rc = flow_loader_next(l, host_tokens(t), host_targets(t), diag);
-	flow_err_t err = FLOW_OK;
 	if (rc > 0 && t->tokens_host)
-		err = upload_batch(t, diag);
-	return err != FLOW_OK ? err : rc;
+		upload_batch(t);
+	return rc;
 }
 
 static int trainer_eval(flow_trainer_t *t, flow_train_row_t *row,

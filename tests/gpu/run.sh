@@ -132,23 +132,12 @@ summary() {
 # running, still print what ran, and count the kill as a failure.
 # The trap may run inside a redirected call (bg_wait's): it writes to
 # the script's own stdout and stderr, kept as fds 8 and 9.
+# Every command a phase waits for runs through bg_wait.
 exec 8>&1 9>&2
-child=
+# shellcheck source-path=SCRIPTDIR source=bg-wait.bash
+. "$srcdir/tests/gpu/bg-wait.bash"
 trap '[ -z "$child" ] || kill -TERM "$child" 2>/dev/null || true
 { note "FAILED: killed by a signal after $(($(date +%s) - start))s"; failed=$((failed + 1)); summary; } >&8 2>&9; exit 1' TERM INT
-
-# Every command a phase waits for runs through this: in the background,
-# waited for, because bash runs a trap only once its foreground child has
-# ended, and a phase's timeout puts that child out of reach of a signal
-# sent to our process group.
-bg_wait() {
-	local rc=0
-	"$@" 8>&- 9>&- &
-	child=$!
-	wait "$child" || rc=$?
-	child=
-	return "$rc"
-}
 
 # Seconds left of the budget (0 or less when it is spent).
 left() {

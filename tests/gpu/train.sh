@@ -64,10 +64,11 @@
 #                 flow-train --emit-graph (arena, parameters and gradients,
 #                 AdamW's two moments, scratch) is at most 85% of the GPU's
 #                 (nvidia-smi; 8 without it).  Why at most 64: PyTorch eager
-#                 keeps about 0.9 GB per sequence at T=1024 (bf16 autocast
-#                 activations, fp32 logits and their gradient), so beyond
-#                 64 it may not fit an H100/H200 and the ratios need both at
-#                 the same batch.
+#                 needs, by the sizes of its tensors (not measured here),
+#                 about 0.9 GB per sequence at T=1024 (fp32 logits and their
+#                 gradient 0.4 GB, bf16 autocast activations and the rest),
+#                 so beyond 64 it may not fit an H100/H200, and the ratios
+#                 need both at the same batch.
 #
 # FLOW_GPU_TEST_DEVICE=cpu runs every check with --device cpu instead, to
 # check this script on a machine without a GPU: gpt2-124m then fails (its
@@ -90,20 +91,13 @@ row() { # NAME OK DETAIL
 	[ "$2" = yes ] || failed=$((failed + 1))
 }
 
-# Each program runs in the background and is waited for, so that a TERM
-# from run.sh's timeout reaches this script at once and, through the
-# trap, the program's own timeout (which passes it on to the program and
-# its ranks): nothing outlives the check.
-child=
+# Each program runs through bg_wait, so that a TERM from run.sh's timeout
+# reaches this script at once and, through the trap, the program's own
+# timeout (which passes it on to the program and its ranks): nothing
+# outlives the check.
+# shellcheck source-path=SCRIPTDIR source=bg-wait.bash
+. "$src/tests/gpu/bg-wait.bash"
 trap '[ -z "$child" ] || kill -TERM "$child" 2>/dev/null; exit 143' TERM INT
-bg_wait() {
-	local rc=0
-	"$@" &
-	child=$!
-	wait "$child" || rc=$?
-	child=
-	return "$rc"
-}
 
 # Column $2 (3: loss, 5: grad_norm) of flow-train's train rows in file
 # $1, one per line.
