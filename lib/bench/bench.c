@@ -794,15 +794,15 @@ static flow_err_t bench_attention(bench_ctx_t *c)
 		    4.0 * (4.0 * BTC + 2.0 * att + (double)LSE));
 
 	/* Both backward passes read the reference lse. */
-	flow_cpu_attention_backward(dqkv, scratch, bf16, dout, qkv, lse_ref, B,
-				    T, C, NH);
+	flow_cpu_attention_backward(dqkv, scratch, bf16, dout, qkv, lse_ref,
+				    out_ref, B, T, C, NH);
 	flow_ref_attention_backward(dqkv_ref, scratch_ref, bf16, dout, qkv,
-				    lse_ref, B, T, C, NH);
+				    lse_ref, out_ref, B, T, C, NH);
 	record_check(bwd, dqkv, dqkv_ref, 3 * BTC);
 	BENCH_TIME_CALLS(cfg, c->samples, (void)0,
 			 flow_cpu_attention_backward(dqkv, scratch, bf16, dout,
-						     qkv, lse_ref, B, T, C,
-						     NH));
+						     qkv, lse_ref, out_ref, B,
+						     T, C, NH));
 	/* Five products, the recomputed q.k^T among them. */
 	record_time(c, bwd, pairs * (10.0 * hs + 6.0),
 		    4.0 * (10.0 * BTC + 6.0 * att + (double)LSE));

@@ -189,13 +189,17 @@ typedef void flow_attention_forward_fn(float *out, float *lse, void *scratch,
 typedef size_t flow_attention_scratch_bound_fn(size_t B, size_t T, size_t C,
 					       size_t NH, bool bf16);
 /* dqkv (B,T,3C) += gradient of out w.r.t. qkv, from the forward pass's
- * lse, in the forward pass's precision.  scratch, for both passes, holds
- * at least the set's attention_scratch_bound(.., bf16) bytes, 64-byte
- * aligned. */
+ * lse and out, in the forward pass's precision.  scratch, for both
+ * passes, holds at least the set's attention_scratch_bound(.., bf16)
+ * bytes, 64-byte aligned.  out is what the same set's forward pass wrote
+ * for qkv: the host sets do not read it (they recompute the softmax
+ * backward's rowsum(P dP) from the probabilities); cuDNN's fused
+ * backward takes it as rowsum(dout * out), which equals it. */
 typedef void flow_attention_backward_fn(float *dqkv, void *scratch, bool bf16,
 					const float *dout, const float *qkv,
-					const float *lse, size_t B, size_t T,
-					size_t C, size_t NH);
+					const float *lse, const float *out,
+					size_t B, size_t T, size_t C,
+					size_t NH);
 
 /* ---- residual add -------------------------------------------------------- */
 /* out = a + b, n elements. */

@@ -236,9 +236,34 @@ FLOW_EXPORT flow_err_t flow_cuda_gelu_backward(float *dinp, const float *inp,
 					       cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* ---- causal multi-head self-attention ------------------------------------ */
+/* How the calling thread's bf16 attention passes (forward and backward
+ * each count one) ran so far: through cuDNN's fused attention, or the own
+ * kernel; why_own is cuDNN's last reason for declining ("" while every
+ * pass ran through it).  FLOW_CUDNN=0 in the environment turns cuDNN off
+ * for the process; fp32 passes always run the own kernel. */
+FLOW_EXPORT void flow_cuda_attention_counts(uint64_t *cudnn, uint64_t *own,
+					    const char **why_own);
+/* Builds cuDNN's forward and backward attention graphs for these sizes
+ * as far as no device is needed: every tensor and operation descriptor
+ * is finalized, which is where cuDNN checks their shapes, strides and
+ * types; given device_json (cuDNN's JSON device properties of a GPU),
+ * the operation graph is finalized too (cuDNN checks how the operations
+ * connect) and cuDNN's heuristics must count an engine config for it on
+ * that GPU.  They are lenient (a graph computing something else can
+ * count one): the numbers, the configs themselves and the plans need a
+ * GPU.  FLOW_ERR_NOTSUP when this
+ * build or machine has no cuDNN (the message says which),
+ * FLOW_ERR_DEVICE naming what cuDNN refused. */
+FLOW_EXPORT flow_err_t flow_cuda_attention_cudnn_check(size_t B, size_t T,
+						       size_t C, size_t NH,
+						       const char *device_json,
+						       flow_diag_t *diag)
+	FLOW_MUST_CHECK;
 /* As flow_cpu_attention_forward: lse (B,NH,T) is kept, the probabilities
  * of one batch row at a time live in scratch, device memory of at least
- * flow_cuda_attention_scratch_bound(.., bf16) bytes, 16-byte aligned. */
+ * flow_cuda_attention_scratch_bound(.., bf16) bytes, 16-byte aligned.  In
+ * bf16, cuDNN's fused attention runs it where it takes the sizes (see
+ * flow_cuda_attention_counts). */
 FLOW_EXPORT flow_err_t flow_cuda_attention_forward(float *out, float *lse,
 						   void *scratch, bool bf16,
 						   const float *qkv, size_t B,
@@ -249,18 +274,21 @@ FLOW_EXPORT flow_err_t flow_cuda_attention_forward(float *out, float *lse,
 /* Bytes of device scratch either pass needs in that precision (one batch
  * row's probabilities and their gradient in fp32, 8*NH*T*T; bf16 adds
  * their bf16 copies and the row's qkv and dout in bf16, 4*NH*T*T +
- * 8*T*C); 0 when that overflows size_t (then the passes report
- * FLOW_ERR_RANGE).  A pure function: no device is touched. */
+ * 8*T*C; in a build with cuDNN, bf16 covers the fused path too, the whole
+ * batch's qkv, out, dout and dqkv in bf16 and a float per row, 16*B*T*C +
+ * 4*B*NH*T, whichever is larger); 0 when that overflows size_t (then the
+ * passes report FLOW_ERR_RANGE).  A pure function: no device is touched. */
 FLOW_EXPORT size_t flow_cuda_attention_scratch_bound(size_t B, size_t T,
 						     size_t C, size_t NH,
 						     bool bf16);
 /* dqkv += gradient, the probabilities recomputed from lse; scratch as
- * the forward pass's. */
+ * the forward pass's; out is the forward pass's output. */
 FLOW_EXPORT flow_err_t flow_cuda_attention_backward(float *dqkv,
 						    void *scratch, bool bf16,
 						    const float *dout,
 						    const float *qkv,
-						    const float *lse, size_t B,
+						    const float *lse,
+						    const float *out, size_t B,
 						    size_t T, size_t C,
 						    size_t NH,
 						    flow_diag_t *diag,

@@ -35,7 +35,7 @@
  *     layernorm_backward  in (dout, x, weight, mean, rstd)
  *                         out (dx, dweight, dbias)
  *     matmul_backward     in (dout, x, weight)       out (dx, dweight, dbias)
- *     attention_backward  in (dout, qkv, probs)      out (dqkv)
+ *     attention_backward  in (dout, qkv, lse, out)   out (dqkv)
  *     gelu_backward       in (dout, x)               out (dx)
  *     add_backward        in (dout)                  out (da, db)
  */

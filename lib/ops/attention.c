@@ -1,8 +1,11 @@
 /* attention: causal multi-head self-attention over a fused qkv[B,T,3C]
  * (q, k, v concatenated, each split into attrs.heads heads), saving the
  * log-sum-exp of each row's scores, lse[B,NH,T], for the backward op,
- * which recomputes the probabilities from it and writes dqkv.  Both hold
- * one batch row's probabilities in scratch. */
+ * which recomputes the probabilities from it and writes dqkv.  The
+ * backward op also reads the output (cuDNN's fused backward pass needs
+ * rowsum(dout * out); the matmul after attention keeps it alive until
+ * then anyway).  The own kernels hold one batch row's probabilities in
+ * scratch. */
 #include <config.h>
 
 #include "ops_internal.h"
@@ -170,8 +173,8 @@ static const flow_sig_op_t attention_sig = {
 	.rule = attention_sig_rule,
 };
 
-/* The backward op's, by the adjoint (flow_sig_adjoint): dout, qkv and
- * lse split as forward give dqkv split as qkv. */
+/* The backward op's, by the adjoint (flow_sig_adjoint): dout, qkv, lse
+ * and out split as forward give dqkv split as qkv. */
 static flow_err_t attention_backward_sig_rule(const flow_sig_query_t *q,
 					      flow_sig_builder_t *b,
 					      flow_diag_t *diag)
@@ -188,11 +191,11 @@ static flow_err_t attention_backward_sig_rule(const flow_sig_query_t *q,
 }
 
 static const flow_sig_op_t attention_backward_sig = {
-	.nin = 3,
-	.nin_min = 3,
+	.nin = 4,
+	.nin_min = 4,
 	.nout = 1,
 	.nout_min = 1,
-	.in_names = { "dout", "qkv", "lse" },
+	.in_names = { "dout", "qkv", "lse", "out" },
 	.out_names = { "dqkv" },
 	.rule = attention_backward_sig_rule,
 };
@@ -215,17 +218,18 @@ const flow_op_info_t flow_op_attention_info = {
 	},
 	.sig = &attention_sig,
 	.saved_out = 1u << LSE,
-	.nsaved = 2,
-	.saved = { FLOW_OP_FWD_IN(0), FLOW_OP_FWD_OUT(LSE) },
+	.nsaved = 3,
+	.saved = { FLOW_OP_FWD_IN(0), FLOW_OP_FWD_OUT(LSE),
+		   FLOW_OP_FWD_OUT(OUT) },
 };
 
 const flow_op_info_t flow_op_attention_backward_info = {
 	.def = {
 		.kind = FLOW_OP_ATTENTION_BACKWARD,
 		.name = "attention_backward",
-		.nin = 3,
+		.nin = 4,
 		.nout = 1,
-		.in_names = { "dout", "qkv", "lse" },
+		.in_names = { "dout", "qkv", "lse", "out" },
 		.out_names = { "dqkv" },
 		.accumulates = 1,
 		.backward_kind = FLOW_OP_ATTENTION_BACKWARD,

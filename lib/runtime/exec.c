@@ -649,7 +649,7 @@ static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o,
 		break;
 	case FLOW_OP_ATTENTION_BACKWARD:
 		k->attention_backward(out[0], x->scratch, x->bf16_gemms, in[0],
-				      in[1], in[2], d[DIM_B], d[DIM_T],
+				      in[1], in[2], in[3], d[DIM_B], d[DIM_T],
 				      d[DIM_C], d[DIM_NH]);
 		break;
 	case FLOW_OP_GELU:

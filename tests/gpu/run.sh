@@ -4,7 +4,8 @@
 #   tests/gpu/run.sh            (from anywhere; finds the source tree itself)
 #
 # Builds libflow with CUDA out of tree, runs tests/gpu/test_cuda_kernels (every
-# CUDA kernel against its CPU kernel, with timings), every NCCL collective
+# CUDA kernel against its CPU kernel, with timings; its attention_cudnn row
+# fails when cuDNN is there but bf16 attention did not run through it), every NCCL collective
 # (flow-bench comm), tests/gpu/train.sh (flow-train --device cuda against the
 # CPU, resume, GPT-2 124M throughput), the CPU suite (make check) and a short
 # CPU benchmark, in under 8 minutes on 16 cores, on a
@@ -642,7 +643,7 @@ case $gpu_rc in
 esac
 note "GPU kernels: $g_pass passed, $g_fail failed"
 if [ -s "$gpu_out" ]; then
-	notes="$notes$(grep -E '^# (device|matmul|PASS|FAIL)|	(yes|no)	' "$gpu_out" | sed 's/^/  /' || true)
+	notes="$notes$(grep -E '^# (device|matmul|attention|cuDNN|cuBLASLt|PASS|FAIL)|	(yes|no)	' "$gpu_out" | sed 's/^/  /' || true)
 "
 fi
 

@@ -1049,15 +1049,18 @@ static void attention_backward_run(const attention_case_t *k, float fill,
 		void *scratch = attention_scratch(k->set, B, T, C, NH, k->bf16);
 		float *out = buf_new(B * T * C), *lse = buf_new(B * NH * T);
 
-		if (own_lse)
+		if (own_lse) {
 			k->set->attention_forward(out, lse, scratch, k->bf16,
 						  qkv, B, T, C, NH);
-		else
+		} else {
 			memcpy(lse, F32(&fx, "lse", B, NH, T),
 			       B * NH * T * sizeof(float));
+			memcpy(out, F32(&fx, "out", B, T, C),
+			       B * T * C * sizeof(float));
+		}
 		k->set->attention_backward(dqkv, scratch, k->bf16,
 					   F32(&fx, "dout", B, T, C), qkv,
-					   lse, B, T, C, NH);
+					   lse, out, B, T, C, NH);
 		k->check(name, "dqkv", dqkv, e, B * T * 3 * C, ATOL_SUM, RTOL);
 		BUFS_FREE(scratch, out, lse, dqkv, e);
 		flow_fixture_release(&fx);

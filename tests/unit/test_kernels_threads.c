@@ -438,8 +438,8 @@ static void attention_backward_with(float *out, bool bf16)
 	flow_cpu_attention_forward(y, lse, scratch, bf16, qkv, AT_B, AT_T,
 				   AT_C, AT_NH);
 	fill_random(out, AT_B * AT_T * 3 * AT_C, 24, 0.5f);
-	flow_cpu_attention_backward(out, scratch, bf16, dout, qkv, lse, AT_B,
-				    AT_T, AT_C, AT_NH);
+	flow_cpu_attention_backward(out, scratch, bf16, dout, qkv, lse, y,
+				    AT_B, AT_T, AT_C, AT_NH);
 	flow_free(qkv);
 	flow_free(dout);
 	flow_free(y);

@@ -275,6 +275,12 @@ static void random_graph(flow_graph_t *g, uint64_t seed)
 	}
 	int last_out = pool[npool - 1];
 	if (rng_below(&s, 2)) {
+		/* The loss overwrites its logits in place, which attention's
+		 * backward op reads (its output): a gelu between them. */
+		int producer = g->tensors[last_out].producer;
+		if (producer >= 0 &&
+		    g->ops[producer].kind == FLOW_OP_ATTENTION)
+			last_out = OP(g, FLOW_OP_GELU, "logits", last_out);
 		const flow_shape_t *sh = &g->tensors[last_out].shape;
 		int64_t Vp = sh->dims[sh->ndim - 1];
 		flow_shape_t rows = *sh;

@@ -191,8 +191,9 @@ static void test_ref_attention_backward_t2_by_hand(void **state)
 
 	assert_true(flow_ref_attention_scratch_bound(1, 2, 1, 1, false) <=
 		    sizeof(scratch));
+	/* out (= P v) is not read by the reference set. */
 	flow_ref_attention_backward(dqkv, scratch, false, dout, attn_qkv, lse,
-				    1, 2, 1, 1);
+				    NULL, 1, 2, 1, 1);
 	/* datt[1,:] = v = (2, 6); sum att*datt = 5;
 	 * dpre[1,:] = (0.25 * (2 - 5), 0.75 * (6 - 5)) = (-0.75, 0.75).
 	 * dq1 = dpre.k = 0.75 ln 3; dk0 = -0.75 q1; dk1 = 0.75 q1;

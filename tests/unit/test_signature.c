@@ -272,7 +272,7 @@ static void test_signature_every_op_resolves_through_the_registry(void **state)
 		  "layernorm_backward: takes 5 inputs, not 0" },
 		{ "matmul_backward", "matmul_backward: takes 3 inputs, not 0" },
 		{ "attention_backward",
-		  "attention_backward: takes 3 inputs, not 0" },
+		  "attention_backward: takes 4 inputs, not 0" },
 		{ "gelu_backward", "gelu_backward: takes 2 inputs, not 0" },
 		{ "add_backward", "add_backward: takes 1 inputs, not 0" },
 		{ "boxing", "no signatures for unknown op 'boxing'" },
@@ -731,10 +731,11 @@ static void test_signature_other_backward_lists(void **state)
 	IN(&q, 4, 6, 8);
 	IN(&q, 4, 6, 24);
 	IN(&q, 4, 2, 6);
+	IN(&q, 4, 6, 8);
 	OUT(&q, 4, 6, 24);
 	q.attrs.heads = 2;
-	LIST_IS(&q, "batch: S(0),S(0),S(0) -> S(0)",
-		"broadcast: B,B,B -> B");
+	LIST_IS(&q, "batch: S(0),S(0),S(0),S(0) -> S(0)",
+		"broadcast: B,B,B,B -> B");
 
 	q = query("gelu_backward");
 	IN(&q, 4, 6);

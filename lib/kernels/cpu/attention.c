@@ -133,14 +133,15 @@ size_t flow_cpu_attention_scratch_bound(size_t B, size_t T, size_t C,
 
 void flow_cpu_attention_backward(float *dqkv, void *scratch, bool bf16,
 				 const float *dout, const float *qkv,
-				 const float *lse, size_t B, size_t T,
-				 size_t C, size_t NH)
+				 const float *lse, const float *out, size_t B,
+				 size_t T, size_t C, size_t NH)
 {
 	const size_t hs = C / NH, C3 = 3 * C;
 	const float scale = 1.0f / sqrtf((float)hs);
 	const int t = (int)T, h3 = (int)C3, c = (int)C, k = (int)hs;
 	attention_scratch_t s = attention_carve(scratch, T, C, NH, bf16);
 
+	(void)out; /* rowsum(P dP) comes from the probabilities */
 	for (size_t b = 0; b < B; b++) {
 		const float *x = flow_host_bf16_operand(qkv + b * T * C3,
 							T * C3, bf16, s.qkv);

@@ -27,12 +27,44 @@
  *
  * cuBLAS is column-major; a row-major (r x c) matrix with row stride ld is
  * its column-major (c x r) transpose with leading dimension ld, so each
- * row-major product P = X Y is issued as P^T = Y^T X^T. */
+ * row-major product P = X Y is issued as P^T = Y^T X^T.
+ *
+ * In bf16, cuDNN's fused attention (attention_cudnn.c) runs both passes
+ * wherever it takes them: the whole batch at once, flash-style (the
+ * probabilities never reach memory), on the operands rounded to bf16 as
+ * above; its output and gradients come back in bf16 and are widened to
+ * the fp32 activations.  The own kernel is the fallback (no cuDNN, a shape
+ * it declines, FLOW_CUDNN=0) and the only fp32 path. */
 #include <config.h>
 
+#include "attention_cudnn.h"
 #include "cuda_internal.h"
 
 #define ATT_WARPS 8 /* rows per block in the softmax kernels */
+
+/* The calling thread's bf16 passes, by the way they ran. */
+static thread_local uint64_t att_cudnn, att_own;
+
+void flow_cuda_attention_counts(uint64_t *cudnn, uint64_t *own,
+				const char **why_own)
+{
+	*cudnn = att_cudnn;
+	*own = att_own;
+	*why_own = att_own ? flow_cuda__cudnn_declined_why() : "";
+}
+
+/* out[i] = in[i] widened to fp32, or (add) out[i] += it. */
+static __global__ void widen_bf16_kernel(float *__restrict__ out,
+					 const __nv_bfloat16 *__restrict__ in,
+					 size_t n, bool add)
+{
+	const size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride) {
+		const float x = __bfloat162float(in[i]);
+		out[i] = add ? out[i] + x : x;
+	}
+}
 
 /* In place over rows of T scores (already scaled): row (h, t) of a batch
  * row keeps columns j <= t as exp(score - lse) and sets j > t to 0;
@@ -121,10 +153,13 @@ static flow_err_t attention_check(size_t B, size_t T, size_t C, size_t NH,
 	FLOW_TRY(flow_cuda__check_size(diag, func, "T", T, INT_MAX), out);
 	FLOW_TRY(flow_cuda__check_size(diag, func, "3C", C, INT_MAX / 3), out);
 	FLOW_TRY(flow_cuda__check_size(diag, func, "NH", NH, INT_MAX), out);
-	/* The matrices of a batch row in scratch, and lse. */
+	/* The matrices of a batch row in scratch, lse, and the whole batch's
+	 * bf16 copies of the cuDNN path. */
 	if (!flow_mul_size(T, T, &tt) || !flow_mul_size(tt, NH, &btt) ||
 	    !flow_mul_size(btt, 16, &btt) ||
-	    !flow_mul_size(B, NH, &tt) || !flow_mul_size(tt, T, &tt)) {
+	    !flow_mul_size(B, NH, &tt) || !flow_mul_size(tt, T, &tt) ||
+	    !flow_mul_size(B, T, &tt) || !flow_mul_size(tt, C, &tt) ||
+	    !flow_mul_size(tt, 16, &tt)) {
 		err = flow_diag_set(diag, FLOW_ERR_RANGE,
 				    "attention matrices of '%s' (B=%zu NH=%zu "
 				    "T=%zu) overflow size_t",
@@ -186,6 +221,101 @@ static attention_scratch attention_carve(void *scratch, size_t T, size_t C,
 		s.dout = (__nv_bfloat16 *)(base + o.dout);
 	}
 	return s;
+}
+
+/* The cuDNN path's scratch, for the whole batch: qkv, out and dout
+ * rounded to bf16, dqkv as cuDNN writes it (bf16), and the backward's
+ * per-row sum(dout * out) (fp32). */
+struct cudnn_offsets {
+	size_t qkv, o, dout, dqkv, rowsum, end;
+};
+
+static cudnn_offsets cudnn_layout(size_t B, size_t T, size_t C, size_t NH)
+{
+	const size_t e = sizeof(__nv_bfloat16), btc = B * T * C;
+	cudnn_offsets o;
+
+	o.qkv = 0;
+	o.o = o.qkv + flow_cuda__bf16_align(3 * btc * e);
+	o.dout = o.o + flow_cuda__bf16_align(btc * e);
+	o.dqkv = o.dout + flow_cuda__bf16_align(btc * e);
+	o.rowsum = o.dqkv + flow_cuda__bf16_align(3 * btc * e);
+	o.end = o.rowsum + flow_cuda__bf16_align(B * NH * T * sizeof(float));
+	return o;
+}
+
+static __nv_bfloat16 *part(void *scratch, size_t offset)
+{
+	return (__nv_bfloat16 *)((char *)scratch + offset);
+}
+
+/* x (n floats) rounded into the scratch part at offset. */
+static flow_err_t round_into(void *scratch, size_t offset, const float *x,
+			     size_t n, flow_diag_t *diag, cudaStream_t stream)
+{
+	return flow_cuda__round_bf16(part(scratch, offset), x, n, diag, stream);
+}
+
+static flow_err_t widen_bf16(float *out, const __nv_bfloat16 *in, size_t n,
+			     bool add, flow_diag_t *diag, cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+
+	widen_bf16_kernel<<<flow_cuda__grid(n, 256 * 4), 256, 0, stream>>>(
+		out, in, n, add);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
+}
+
+/* The forward pass through cuDNN, once it took the sizes. */
+static flow_err_t cudnn_forward(float *out, float *lse, void *scratch,
+				const float *qkv, size_t B, size_t T, size_t C,
+				size_t NH, flow_diag_t *diag,
+				cudaStream_t stream)
+{
+	const cudnn_offsets o = cudnn_layout(B, T, C, NH);
+	const size_t btc = B * T * C;
+	flow_err_t err = FLOW_OK;
+
+	FLOW_TRY(round_into(scratch, o.qkv, qkv, 3 * btc, diag, stream), out);
+	FLOW_TRY(flow_cuda__cudnn_attention_forward(part(scratch, o.o), lse,
+						    part(scratch, o.qkv), B, T,
+						    C, NH, diag, stream),
+		 out);
+	FLOW_TRY(widen_bf16(out, part(scratch, o.o), btc, false, diag, stream),
+		 out);
+out:
+	return err;
+}
+
+/* The backward pass through cuDNN.  Where the forward pass ran through
+ * cuDNN too, out is its bf16 output widened, and rounding it gives those
+ * bits back. */
+static flow_err_t cudnn_backward(float *dqkv, void *scratch, const float *dout,
+				 const float *qkv, const float *lse,
+				 const float *out_fwd, size_t B, size_t T,
+				 size_t C, size_t NH, flow_diag_t *diag,
+				 cudaStream_t stream)
+{
+	const cudnn_offsets o = cudnn_layout(B, T, C, NH);
+	const size_t btc = B * T * C;
+	flow_err_t err = FLOW_OK;
+
+	FLOW_TRY(round_into(scratch, o.qkv, qkv, 3 * btc, diag, stream), out);
+	FLOW_TRY(round_into(scratch, o.o, out_fwd, btc, diag, stream), out);
+	FLOW_TRY(round_into(scratch, o.dout, dout, btc, diag, stream), out);
+	FLOW_TRY(flow_cuda__cudnn_attention_backward(
+			 part(scratch, o.dqkv),
+			 (float *)((char *)scratch + o.rowsum),
+			 part(scratch, o.qkv), part(scratch, o.o),
+			 part(scratch, o.dout), lse, B, T, C, NH, diag, stream),
+		 out);
+	FLOW_TRY(widen_bf16(dqkv, part(scratch, o.dqkv), 3 * btc, true, diag,
+			    stream),
+		 out);
+out:
+	return err;
 }
 
 /* Element i of an operand of either precision. */
@@ -256,6 +386,12 @@ flow_err_t flow_cuda_attention_forward(float *out, float *lse, void *scratch,
 	if (B == 0 || T == 0 || C == 0)
 		return FLOW_OK;
 	FLOW_TRY(attention_check(B, T, C, NH, __func__, diag), out);
+	if (bf16 && flow_cuda__cudnn_attention_takes(false, B, T, C, NH)) {
+		att_cudnn++;
+		return cudnn_forward(out, lse, scratch, qkv, B, T, C, NH, diag,
+				     stream);
+	}
+	att_own += bf16;
 	hs = C / NH;
 	rows = NH * T;
 	scale = 1.0f / sqrtf((float)hs);
@@ -290,21 +426,26 @@ out:
 size_t flow_cuda_attention_scratch_bound(size_t B, size_t T, size_t C,
 					 size_t NH, bool bf16)
 {
-	size_t tt = 0, tc = 0;
-	(void)B;
+	size_t tt = 0, tc = 0, own = 0, fused = 0;
 	/* Sizes whose matrices overflow are refused by attention_check. */
 	if (!flow_mul_size(T, T, &tt) || !flow_mul_size(tt, NH, &tt) ||
 	    !flow_mul_size(tt, 16, &tt) || !flow_mul_size(T, C, &tc) ||
-	    !flow_mul_size(tc, 8, &tc))
+	    !flow_mul_size(tc, 8, &tc) || !flow_mul_size(tc, B, &tc) ||
+	    !flow_mul_size(tc, 2, &tc))
 		return 0;
-	return attention_layout(T, C, NH, bf16).end;
+	own = attention_layout(T, C, NH, bf16).end;
+	/* A pure function: whether cuDNN will take the sizes is not known
+	 * here, so a build with cuDNN plans room for either path. */
+	if (bf16 && flow_cuda__cudnn_built())
+		fused = cudnn_layout(B, T, C, NH).end;
+	return own > fused ? own : fused;
 }
 
 flow_err_t flow_cuda_attention_backward(float *dqkv, void *scratch, bool bf16,
 					const float *dout, const float *qkv,
-					const float *lse, size_t B, size_t T,
-					size_t C, size_t NH, flow_diag_t *diag,
-					cudaStream_t stream)
+					const float *lse, const float *out,
+					size_t B, size_t T, size_t C, size_t NH,
+					flow_diag_t *diag, cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
 	cublasHandle_t h = NULL;
@@ -315,6 +456,12 @@ flow_err_t flow_cuda_attention_backward(float *dqkv, void *scratch, bool bf16,
 	if (B == 0 || T == 0 || C == 0)
 		return FLOW_OK;
 	FLOW_TRY(attention_check(B, T, C, NH, __func__, diag), out);
+	if (bf16 && flow_cuda__cudnn_attention_takes(true, B, T, C, NH)) {
+		att_cudnn++;
+		return cudnn_backward(dqkv, scratch, dout, qkv, lse, out, B, T,
+				      C, NH, diag, stream);
+	}
+	att_own += bf16;
 	hs = C / NH;
 	rows = NH * T;
 	scale = 1.0f / sqrtf((float)hs);

@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 
+#include "attention_cudnn.h"
 #include "cuda_internal.h"
 
 
@@ -189,6 +190,7 @@ void flow_cuda_release_thread(void)
 	}
 	flow_cuda__lt_picks_forget();
 	flow_cuda__table_release_thread();
+	flow_cuda__cudnn_release_thread();
 	if (have_saved)
 		(void)cudaSetDevice(saved);
 }

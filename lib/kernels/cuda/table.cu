@@ -152,10 +152,12 @@ void attention_forward(float *out, float *lse, void *scratch, bool bf16,
 
 void attention_backward(float *dqkv, void *scratch, bool bf16,
 			const float *dout, const float *qkv, const float *lse,
-			size_t B, size_t T, size_t C, size_t NH)
+			const float *out, size_t B, size_t T, size_t C,
+			size_t NH)
 {
 	ENQUEUE(flow_cuda_attention_backward(dqkv, scratch, bf16, dout, qkv,
-					     lse, B, T, C, NH, diag, STREAM));
+					     lse, out, B, T, C, NH, diag,
+					     STREAM));
 }
 
 void residual_forward(float *out, const float *a, const float *b, size_t n)

@@ -322,8 +322,8 @@ size_t flow_ref_attention_scratch_bound(size_t B, size_t T, size_t C,
 
 void flow_ref_attention_backward(float *dqkv, void *scratch, bool bf16,
 				 const float *dout_in, const float *qkv_in,
-				 const float *lse, size_t B, size_t T, size_t C,
-				 size_t NH)
+				 const float *lse, const float *out, size_t B,
+				 size_t T, size_t C, size_t NH)
 {
 	size_t hs = C / NH;
 	double scale = 1.0 / sqrt((double)hs);
@@ -335,6 +335,7 @@ void flow_ref_attention_backward(float *dqkv, void *scratch, bool bf16,
 	const float *dout = flow_host_bf16_operand(
 		dout_in, B * T * C, bf16, bf16 ? room + B * T * 3 * C : NULL);
 
+	(void)out; /* the definition: rowsum(P dP) from the probabilities */
 	for (size_t b = 0; b < B; b++) {
 		for (size_t h = 0; h < NH; h++) {
 			attention_probs(a, qkv, lse + (b * NH + h) * T, b, h, T,
