@@ -96,7 +96,7 @@ if ! "$flow_train" --model "$model" --batch "$batch" --seq-len "$seq" --steps "$
 	echo "$prog: flow-train failed: $(head -n 1 "$tmp/flow.err")" >&2
 	exit 1
 fi
-grep -E '^# (device|binding|kernels)' "$tmp/flow.tsv"
+grep -E '^# (device|binding|kernels|attention)' "$tmp/flow.tsv"
 flow_ms=$(awk -F'\t' -v w="$warmup" '$2 == "train" && $1 > w { print $6 }' "$tmp/flow.tsv" | median)
 gflop=$(sed -n 's/^# kernels .*; model \([0-9.e+]*\) GFLOP per step.*/\1/p' "$tmp/flow.tsv")
 peak=$(sed -n 's/^# kernels .*; peak \([0-9.]*\) GFLOP\/s.*/\1/p' "$tmp/flow.tsv")

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FLOW_CUDA_MODULE_ABI 12u
+#define FLOW_CUDA_MODULE_ABI 13u
 #define FLOW_CUDA_MODULE_ENTRY "flow_cuda_module_entry"
 
 struct flow_comm;
@@ -54,6 +54,9 @@ typedef struct flow_cuda_module {
 	/* The storage's caching allocator on device. */
 	flow_err_t (*storage_stats)(int device, flow_alloc_stats_t *stats_out,
 				    flow_diag_t *diag);
+	/* How bf16 attention ran (flow_cuda_attention_counts). */
+	void (*attention_counts)(uint64_t *cudnn, uint64_t *own,
+				 const char **why_own);
 
 	/* ---- the NCCL backend of flow_comm (lib/comm/comm_nccl.c) ---- */
 	/* NULL when the module was built without NCCL. */

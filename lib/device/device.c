@@ -228,6 +228,17 @@ flow_err_t flow_cuda_memory_stats(int device, struct flow_alloc_stats *stats_out
 	return err ? err : m->storage_stats(device, stats_out, diag);
 }
 
+flow_err_t flow_cuda_attention_paths(uint64_t *cudnn, uint64_t *own,
+				     const char **why_own, flow_diag_t *diag)
+{
+	const flow_cuda_module_t *m = NULL;
+	flow_err_t err = flow_cuda_module_get(&m, diag);
+
+	if (err == FLOW_OK)
+		m->attention_counts(cudnn, own, why_own);
+	return err;
+}
+
 /* NVIDIA's published dense (no sparsity) peaks.  Names are matched in
  * order, so the PCIe and NVL variants come before the plain name. */
 static const struct gpu_peak {

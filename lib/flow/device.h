@@ -98,6 +98,15 @@ FLOW_EXPORT flow_err_t flow_cuda_download(void *dst, const void *src,
 					  size_t bytes,
 					  flow_diag_t *diag) FLOW_MUST_CHECK;
 
+/* How the process's bf16 attention passes ran so far: through cuDNN's
+ * fused attention or flow's own kernel, and why cuDNN declined the first
+ * one it did ("" if none); see flow_cuda_attention_counts. */
+FLOW_EXPORT flow_err_t flow_cuda_attention_paths(uint64_t *cudnn,
+						 uint64_t *own,
+						 const char **why_own,
+						 flow_diag_t *diag)
+	FLOW_MUST_CHECK;
+
 /* What the executors' caching allocator holds on device
  * (flow/caching_alloc.h): bytes in use and reserved, and their peaks. */
 struct flow_alloc_stats;

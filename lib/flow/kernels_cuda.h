@@ -236,11 +236,12 @@ FLOW_EXPORT flow_err_t flow_cuda_gelu_backward(float *dinp, const float *inp,
 					       cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* ---- causal multi-head self-attention ------------------------------------ */
-/* How the calling thread's bf16 attention passes (forward and backward
- * each count one) ran so far: through cuDNN's fused attention, or the own
- * kernel; why_own is cuDNN's last reason for declining ("" while every
- * pass ran through it).  FLOW_CUDNN=0 in the environment turns cuDNN off
- * for the process; fp32 passes always run the own kernel. */
+/* How the process's bf16 attention passes (forward and backward each
+ * count one) ran so far: through cuDNN's fused attention, or the own
+ * kernel; why_own is why cuDNN declined the first pass it declined (""
+ * while every pass ran through it).  FLOW_CUDNN=0 in the environment
+ * turns cuDNN off for the process; fp32 passes always run the own
+ * kernel. */
 FLOW_EXPORT void flow_cuda_attention_counts(uint64_t *cudnn, uint64_t *own,
 					    const char **why_own);
 /* Builds cuDNN's forward and backward attention graphs for these sizes

@@ -127,6 +127,8 @@ void flow_trainer_describe_end(const flow_trainer_t *t, FILE *out)
 {
 	flow_alloc_stats_t mem;
 	flow_diag_t ignored = FLOW_DIAG_INIT;
+	uint64_t cudnn = 0, own = 0;
+	const char *why = "";
 
 	if (t->cfg.device == FLOW_DEVICE_CPU ||
 	    flow_cuda_memory_stats(t->gpu.device, &mem, &ignored) != FLOW_OK)
@@ -135,6 +137,13 @@ void flow_trainer_describe_end(const flow_trainer_t *t, FILE *out)
 		     "over the run\n",
 		(double)mem.peak_in_use_bytes / (1024.0 * 1024.0),
 		(double)mem.peak_reserved_bytes / (1024.0 * 1024.0));
+	if (t->cfg.precision == FLOW_PRECISION_BF16 &&
+	    flow_cuda_attention_paths(&cudnn, &own, &why, &ignored) == FLOW_OK)
+		fprintf(out, "# attention in bf16: %llu passes through cuDNN's "
+			     "fused attention, %llu through flow's own "
+			     "kernel%s%s\n",
+			(unsigned long long)cudnn, (unsigned long long)own,
+			why[0] ? "; cuDNN declined: " : "", why);
 }
 
 flow_kernel_set_t trainer_kernel_set(const flow_trainer_t *t)

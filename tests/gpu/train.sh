@@ -161,7 +161,9 @@ else
 fi
 
 if run bf16 "${TRAIN[@]}" --data data --device "$dev" --precision bf16; then
-	d=$(within bf16.tsv gpu.tsv 2e-2) && row bf16 yes "$d" || row bf16 no "$d"
+	# Which attention ran (flow-train's last lines say on a GPU).
+	att=$(sed -n 's/^# attention in bf16: /attention: /p' bf16.tsv)
+	d=$(within bf16.tsv gpu.tsv 2e-2) && row bf16 yes "$d${att:+; $att}" || row bf16 no "$d${att:+; $att}"
 	if run cpubf16 "${TRAIN[@]}" --data data --device cpu --precision bf16; then
 		far=$(within bf16.tsv cpu.tsv 0 5)
 		d='' n=''

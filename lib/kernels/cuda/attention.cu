@@ -37,20 +37,39 @@
  * it declines, FLOW_CUDNN=0) and the only fp32 path. */
 #include <config.h>
 
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+
 #include "attention_cudnn.h"
 #include "cuda_internal.h"
 
 #define ATT_WARPS 8 /* rows per block in the softmax kernels */
 
-/* The calling thread's bf16 passes, by the way they ran. */
-static thread_local uint64_t att_cudnn, att_own;
+/* The process's bf16 passes, by the way they ran, and why cuDNN declined
+ * the first one it did (written once, under the lock). */
+static std::atomic<uint64_t> att_cudnn, att_own;
+static std::mutex att_why_lock;
+static char att_why[384];
 
 void flow_cuda_attention_counts(uint64_t *cudnn, uint64_t *own,
 				const char **why_own)
 {
+	std::lock_guard<std::mutex> hold(att_why_lock);
 	*cudnn = att_cudnn;
 	*own = att_own;
-	*why_own = att_own ? flow_cuda__cudnn_declined_why() : "";
+	*why_own = att_why;
+}
+
+/* A bf16 pass that runs the own kernel: counted, and the first one's
+ * reason kept. */
+static void own_bf16_pass(void)
+{
+	if (att_own++ == 0) {
+		std::lock_guard<std::mutex> hold(att_why_lock);
+		std::snprintf(att_why, sizeof(att_why), "%s",
+			      flow_cuda__cudnn_declined_why());
+	}
 }
 
 /* out[i] = in[i] widened to fp32, or (add) out[i] += it. */
@@ -391,7 +410,8 @@ flow_err_t flow_cuda_attention_forward(float *out, float *lse, void *scratch,
 		return cudnn_forward(out, lse, scratch, qkv, B, T, C, NH, diag,
 				     stream);
 	}
-	att_own += bf16;
+	if (bf16)
+		own_bf16_pass();
 	hs = C / NH;
 	rows = NH * T;
 	scale = 1.0f / sqrtf((float)hs);
@@ -461,7 +481,8 @@ flow_err_t flow_cuda_attention_backward(float *dqkv, void *scratch, bool bf16,
 		return cudnn_backward(dqkv, scratch, dout, qkv, lse, out, B, T,
 				      C, NH, diag, stream);
 	}
-	att_own += bf16;
+	if (bf16)
+		own_bf16_pass();
 	hs = C / NH;
 	rows = NH * T;
 	scale = 1.0f / sqrtf((float)hs);

@@ -62,6 +62,7 @@ static const flow_cuda_module_t module = {
 	.storage = &storage,
 	.gemm = flow_cuda_table_gemm,
 	.storage_stats = flow_cuda_storage_stats,
+	.attention_counts = flow_cuda_attention_counts,
 #ifdef HAVE_NCCL
 	.comm_nccl_init = flow_comm_nccl_init,
 #endif
