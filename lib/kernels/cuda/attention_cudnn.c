@@ -4,17 +4,16 @@
  * attention_cudnn.h says when it runs and when it declines.
  *
  * The graphs are the pattern cuDNN's fused flash-attention engines match,
- * as NVIDIA's C++ frontend builds it for a causal, top-left aligned SDPA
- * with stats and no bias or dropout (the backward pass with the mask
- * before the stats are subtracted, as frontends up to 1.9 order it; the
- * heuristics match either order to the same Hopper engine):
+ * as NVIDIA's C++ frontend (1.10 and later) builds it for a causal,
+ * top-left aligned SDPA with stats and no bias or dropout:
  *
  *   forward:  S = Q K^T; S *= scale; S = causal ? S : -inf (row >= col);
  *             M = max S; E = exp(S - M); Z = sum E; stats = M + log Z;
  *             P = E / Z (bf16); O = P V
  *   backward: D = sum(dO * O) * 1 (rowsum, kept in softmax_sum);
- *             S as forward, P = exp(S - stats); dV = P^T dO;
- *             dS = scale P (dO V^T - D); dK = dS^T Q; dQ = dS K
+ *             S = scale Q K^T - stats, masked as forward; P = exp(S);
+ *             dV = P^T dO; dS = scale P (dO V^T - D); dK = dS^T Q;
+ *             dQ = dS K
  *
  * Determinism: on Hopper and Ampere it comes from the backward graph's
  * form, the one without a fp32 dQ accumulator (which engines fill with
@@ -566,17 +565,29 @@ static struct shapes shapes_of(size_t B, size_t T, size_t C, size_t NH)
 	return s;
 }
 
-/* S = scale Q K^T with the causal mask: columns past the row are -inf. */
-static cudnnBackendDescriptor_t masked_scores(struct builder *b,
-					      const struct shapes *s,
-					      cudnnBackendDescriptor_t q,
-					      cudnnBackendDescriptor_t kt,
-					      cudnnBackendDescriptor_t scale,
-					      cudnnBackendDescriptor_t neg_inf)
+/* S = scale Q K^T. */
+static cudnnBackendDescriptor_t scores(struct builder *b,
+				       const struct shapes *s,
+				       cudnnBackendDescriptor_t q,
+				       cudnnBackendDescriptor_t kt,
+				       cudnnBackendDescriptor_t scale)
 {
 	const cudnnDataType_t F = CUDNN_DATA_FLOAT;
 	cudnnBackendDescriptor_t raw = tensor(b, 0, F, s->bhss, s->scores);
 	cudnnBackendDescriptor_t scaled = tensor(b, 0, F, s->bhss, s->scores);
+
+	matmul(b, q, kt, raw);
+	pointwise(b, CUDNN_POINTWISE_MUL, F, raw, scale, NULL, scaled, 0);
+	return scaled;
+}
+
+/* x with the causal mask: columns past the row (col > row) are -inf. */
+static cudnnBackendDescriptor_t causal(struct builder *b,
+				       const struct shapes *s,
+				       cudnnBackendDescriptor_t x,
+				       cudnnBackendDescriptor_t neg_inf)
+{
+	const cudnnDataType_t F = CUDNN_DATA_FLOAT;
 	cudnnBackendDescriptor_t row =
 		tensor(b, 0, CUDNN_DATA_INT32, s->bhss, s->scores);
 	cudnnBackendDescriptor_t col =
@@ -585,14 +596,12 @@ static cudnnBackendDescriptor_t masked_scores(struct builder *b,
 		tensor(b, 0, CUDNN_DATA_BOOLEAN, s->bhss, s->scores);
 	cudnnBackendDescriptor_t masked = tensor(b, 0, F, s->bhss, s->scores);
 
-	matmul(b, q, kt, raw);
-	pointwise(b, CUDNN_POINTWISE_MUL, F, raw, scale, NULL, scaled, 0);
-	pointwise(b, CUDNN_POINTWISE_GEN_INDEX, F, scaled, NULL, NULL, row, 2);
-	pointwise(b, CUDNN_POINTWISE_GEN_INDEX, F, scaled, NULL, NULL, col, 3);
+	pointwise(b, CUDNN_POINTWISE_GEN_INDEX, F, x, NULL, NULL, row, 2);
+	pointwise(b, CUDNN_POINTWISE_GEN_INDEX, F, x, NULL, NULL, col, 3);
 	pointwise(b, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL,
 		  keep, 0);
-	pointwise(b, CUDNN_POINTWISE_BINARY_SELECT, F, scaled, neg_inf, keep,
-		  masked, 0);
+	pointwise(b, CUDNN_POINTWISE_BINARY_SELECT, F, x, neg_inf, keep, masked,
+		  0);
 	return masked;
 }
 
@@ -607,7 +616,8 @@ static void forward_graph(struct builder *b, const struct shapes *s)
 		tensor(b, UID_STATS, F, s->bhs1, s->rows);
 	cudnnBackendDescriptor_t scale = scalar(b, UID_SCALE);
 	cudnnBackendDescriptor_t neg_inf = scalar(b, UID_NEG_INF);
-	cudnnBackendDescriptor_t sc = masked_scores(b, s, q, kt, scale, neg_inf);
+	cudnnBackendDescriptor_t sc =
+		causal(b, s, scores(b, s, q, kt, scale), neg_inf);
 	cudnnBackendDescriptor_t mx = tensor(b, 0, F, s->bhs1, s->rows);
 	cudnnBackendDescriptor_t centred = tensor(b, 0, F, s->bhss, s->scores);
 	cudnnBackendDescriptor_t e = tensor(b, 0, F, s->bhss, s->scores);
@@ -651,14 +661,15 @@ static void backward_graph(struct builder *b, const struct shapes *s)
 	reduction(b, CUDNN_REDUCE_TENSOR_ADD, do_o, do_o_sum);
 	pointwise(b, CUDNN_POINTWISE_MUL, F, do_o_sum, one, NULL, rowsum, 0);
 
-	/* P = exp(S - stats); dV = P^T dout. */
-	cudnnBackendDescriptor_t sc = masked_scores(b, s, q, kt, scale, neg_inf);
+	/* P = exp(causal(S - stats)); dV = P^T dout. */
+	cudnnBackendDescriptor_t sc = scores(b, s, q, kt, scale);
 	cudnnBackendDescriptor_t centred = tensor(b, 0, F, s->bhss, s->scores);
 	cudnnBackendDescriptor_t p = tensor(b, 0, F, s->bhss, s->scores);
 	cudnnBackendDescriptor_t pt = tensor(b, 0, H, s->bhss, s->scores_t);
 
 	pointwise(b, CUDNN_POINTWISE_SUB, F, sc, stats, NULL, centred, 0);
-	pointwise(b, CUDNN_POINTWISE_EXP, F, centred, NULL, NULL, p, 0);
+	pointwise(b, CUDNN_POINTWISE_EXP, F, causal(b, s, centred, neg_inf),
+		  NULL, NULL, p, 0);
 	reshape(b, p, pt);
 	matmul(b, pt, dout, dv);
 
