@@ -269,7 +269,9 @@ if [ -z "$cuda_dir" ] && [ -n "$nvcc_path" ]; then
 			[ -e "$shim/include/${g##*/}" ] || ln -s "$g" "$shim/include/"
 		done
 	done
-	for lib in cudart cublas cublasLt; do
+	# NVRTC too: cuDNN's fused attention compiles its kernels with it,
+	# and the module opens it through this folder (its run path).
+	for lib in cudart cublas cublasLt nvrtc nvrtc-builtins; do
 		# shellcheck disable=SC2086
 		so=$(find $search -maxdepth 5 -name "lib$lib.so*" 2>/dev/null | head -n 1 || true)
 		[ -n "$so" ] || continue

@@ -50,7 +50,7 @@
  * the first one it did (written once, under the lock). */
 static std::atomic<uint64_t> att_cudnn, att_own;
 static std::mutex att_why_lock;
-static char att_why[384];
+static char att_why[576];
 
 void flow_cuda_attention_counts(uint64_t *cudnn, uint64_t *own,
 				const char **why_own)

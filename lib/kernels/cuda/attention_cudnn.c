@@ -113,6 +113,7 @@ bool flow_cuda__cudnn_built(void)
 
 static struct {
 	void *lib;
+	void *nvrtc; /* NVRTC, for cuDNN's plans (nvrtc_open) */
 	size_t version;
 	size_t (*get_version)(void);
 	const char *(*error_string)(cudnnStatus_t);
@@ -156,6 +157,21 @@ static void *cudnn_sym(const char *name)
 	return f;
 }
 
+/* cuDNN's runtime-compiled engines, its fused attention among them, open
+ * NVRTC by soname when a plan is built, from their own folder or the
+ * loader's path.  Opened here first, through this module's run path (the
+ * CUDA it was built against), it is found wherever that CUDA is, also when
+ * cuDNN came from elsewhere (a wheel's folder, through links).  Kept open;
+ * where it is not found cuDNN may still find it, or says so. */
+static void nvrtc_open(void)
+{
+	char soname[32];
+
+	snprintf(soname, sizeof(soname), "libnvrtc.so.%d",
+		 CUDART_VERSION / 1000);
+	cudnn.nvrtc = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+}
+
 static void cudnn_open(void)
 {
 	const char *env = getenv("FLOW_CUDNN");
@@ -165,6 +181,7 @@ static void cudnn_open(void)
 			 "turned off by FLOW_CUDNN=0");
 		return;
 	}
+	nvrtc_open();
 	cudnn.lib = dlopen(CUDNN_SONAME, RTLD_NOW | RTLD_LOCAL);
 	if (!cudnn.lib) {
 		snprintf(cudnn_absent, sizeof(cudnn_absent), "%s", dlerror());
@@ -231,7 +248,7 @@ struct plan {
 	bool backward;
 	size_t B, T, C, NH;
 	bool built;       /* false: cuDNN declined, why says so */
-	char why[320];
+	char why[512];
 	cudnnHandle_t handle;
 	cudnnBackendDescriptor_t exec_plan;
 	int64_t workspace;
@@ -243,7 +260,7 @@ static _Thread_local struct plan plans[PLANS];
 static _Thread_local int nplans;
 static _Thread_local cudnnHandle_t handles[64];
 /* The last reason cuDNN declined, for the GPU test's report. */
-static _Thread_local char declined_why[352];
+static _Thread_local char declined_why[544];
 
 const char *flow_cuda__cudnn_declined_why(void)
 {
@@ -285,7 +302,7 @@ void flow_cuda__cudnn_release_thread(void)
 struct builder {
 	struct plan *p;
 	cudnnStatus_t status;
-	char failed[128];
+	char failed[320];
 	int64_t next_uid;
 	cudnnBackendDescriptor_t ops[PLAN_OPS];
 	int nops;
@@ -293,7 +310,7 @@ struct builder {
 
 static void fail(struct builder *b, cudnnStatus_t s, const char *what)
 {
-	char detail[128] = "";
+	char detail[256] = "";
 
 	if (b->status != CUDNN_STATUS_SUCCESS)
 		return;
