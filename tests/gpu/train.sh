@@ -31,6 +31,11 @@
 #                 PyTorch's (tests/ref/README.md).  The row prints the
 #                 norms' distance to the fp32 CPU run, for scale.
 #  bf16-deterministic  the bf16 run twice: the same losses, bit for bit.
+#                 The bf16 runs' attention is cuDNN's fused attention where
+#                 cuDNN is there (the bf16 row says which ran).
+#  bf16-cudnn     only when cuDNN's attention failed a bf16 run: that
+#                 failure; the bf16 rows after it then run flow's own
+#                 attention (FLOW_CUDNN=0), so they still say the rest.
 #  dp2-comm-cpu   --nproc 2 --comm cpu, both ranks on this one GPU, data
 #                 parallel: within 1e-4 of one GPU (the two gradient halves
 #                 are summed on the host, not in one kernel).
@@ -160,7 +165,17 @@ else
 	row deterministic no "$(why gpu2.err)"
 fi
 
-if run bf16 "${TRAIN[@]}" --data data --device "$dev" --precision bf16; then
+bf16_rc=0
+run bf16 "${TRAIN[@]}" --data data --device "$dev" --precision bf16 || bf16_rc=$?
+if [ "$bf16_rc" -ne 0 ] && grep -q cuDNN bf16.err; then
+	# cuDNN's attention failed: a row for that, and every bf16 check after
+	# it with flow's own attention kernel (FLOW_CUDNN=0 from here on).
+	row bf16-cudnn no "$(why bf16.err)"
+	export FLOW_CUDNN=0
+	bf16_rc=0
+	run bf16 "${TRAIN[@]}" --data data --device "$dev" --precision bf16 || bf16_rc=$?
+fi
+if [ "$bf16_rc" -eq 0 ]; then
 	# Which attention ran (flow-train's last lines say on a GPU).
 	att=$(sed -n 's/^# attention in bf16: /attention: /p' bf16.tsv)
 	d=$(within bf16.tsv gpu.tsv 2e-2) && row bf16 yes "$d${att:+; $att}" || row bf16 no "$d${att:+; $att}"
