@@ -720,7 +720,8 @@ enum attention_path {
 };
 
 /* tol: lse rtol, out atol and rtol, dqkv atol and rtol (the header's).
- * cuDNN's dqkv allows atol 3e-3: its output and gradients come back in
+ * A backward pass cuDNN ran allows dqkv atol 3e-3 (the own kernel's stays
+ * 1e-3): its output and gradients come back in
  * bf16, and its backward takes rowsum(dout * out) from out rounded to
  * bf16 where the CPU sums P * dP in fp32; emulated with PyTorch on these
  * distributions and shapes (B 4, T 256, C 768, NH 12) by
@@ -729,7 +730,8 @@ enum attention_path {
 static void test_attention(enum attention_path path)
 {
 	static const double fp32_tol[5] = { 1e-5, 1e-5, 1e-4, 5e-5, 1e-3 };
-	static const double bf16_tol[5] = { 1e-5, 1e-3, 1e-2, 3e-3, 1e-2 };
+	static const double bf16_tol[5] = { 1e-5, 1e-3, 1e-2, 1e-3, 1e-2 };
+	const double cudnn_dqkv_atol = 3e-3;
 	static const char *const names[][2] = {
 		[ATT_FP32] = { "attention_forward", "attention_backward" },
 		[ATT_BF16] = { "attention_bf16_forward",
@@ -761,7 +763,7 @@ static void test_attention(enum attention_path path)
 	void *d_scratch = dev_alloc(flow_cuda_attention_scratch_bound(B, T, C,
 								      NH, bf16));
 	float *d_lse_cpu = NULL, *d_out_cpu = NULL;
-	uint64_t before = 0;
+	uint64_t before = 0, ran_cudnn = 0;
 
 	check_init(&c, names[path][0]);
 	flow_cpu_attention_forward(out, lse, scratch, bf16, qkv, B, T, C, NH);
@@ -787,9 +789,11 @@ static void test_attention(enum attention_path path)
 	CU(flow_cuda_attention_backward(d_dqkv, d_scratch, bf16, d_dout, d_qkv,
 					d_lse_cpu, d_out_cpu, B, T, C, NH,
 					&g_diag, g_stream));
+	ran_cudnn = cudnn_passes() - before;
 	if (path == ATT_BF16)
-		g_attention_cudnn += cudnn_passes() - before;
-	check_floats(&c, "dqkv", dqkv, d_dqkv, nqkv, tol[3], tol[4]);
+		g_attention_cudnn += ran_cudnn;
+	check_floats(&c, "dqkv", dqkv, d_dqkv, nqkv,
+		     ran_cudnn ? cudnn_dqkv_atol : tol[3], tol[4]);
 	TIME_US(us, flow_cuda_attention_backward(d_dqkv, d_scratch, bf16,
 						 d_dout, d_qkv, d_lse_cpu,
 						 d_out_cpu, B, T, C, NH,

@@ -287,20 +287,20 @@ out:
 	return err;
 }
 
-/* The forward pass through cuDNN, once it took the sizes. */
-static flow_err_t cudnn_forward(float *out, float *lse, void *scratch,
-				const float *qkv, size_t B, size_t T, size_t C,
-				size_t NH, flow_diag_t *diag,
-				cudaStream_t stream)
+/* The forward pass through cuDNN's plan for the sizes. */
+static flow_err_t cudnn_forward(flow_cudnn_plan_t *plan, float *out,
+				float *lse, void *scratch, const float *qkv,
+				size_t B, size_t T, size_t C, size_t NH,
+				flow_diag_t *diag, cudaStream_t stream)
 {
 	const cudnn_offsets o = cudnn_layout(B, T, C, NH);
 	const size_t btc = B * T * C;
 	flow_err_t err = FLOW_OK;
 
 	FLOW_TRY(round_into(scratch, o.qkv, qkv, 3 * btc, diag, stream), out);
-	FLOW_TRY(flow_cuda__cudnn_attention_forward(part(scratch, o.o), lse,
-						    part(scratch, o.qkv), B, T,
-						    C, NH, diag, stream),
+	FLOW_TRY(flow_cuda__cudnn_attention_forward(plan, part(scratch, o.o),
+						    lse, part(scratch, o.qkv),
+						    diag, stream),
 		 out);
 	FLOW_TRY(widen_bf16(out, part(scratch, o.o), btc, false, diag, stream),
 		 out);
@@ -311,7 +311,8 @@ out:
 /* The backward pass through cuDNN.  Where the forward pass ran through
  * cuDNN too, out is its bf16 output widened, and rounding it gives those
  * bits back. */
-static flow_err_t cudnn_backward(float *dqkv, void *scratch, const float *dout,
+static flow_err_t cudnn_backward(flow_cudnn_plan_t *plan, float *dqkv,
+				 void *scratch, const float *dout,
 				 const float *qkv, const float *lse,
 				 const float *out_fwd, size_t B, size_t T,
 				 size_t C, size_t NH, flow_diag_t *diag,
@@ -325,10 +326,10 @@ static flow_err_t cudnn_backward(float *dqkv, void *scratch, const float *dout,
 	FLOW_TRY(round_into(scratch, o.o, out_fwd, btc, diag, stream), out);
 	FLOW_TRY(round_into(scratch, o.dout, dout, btc, diag, stream), out);
 	FLOW_TRY(flow_cuda__cudnn_attention_backward(
-			 part(scratch, o.dqkv),
+			 plan, part(scratch, o.dqkv),
 			 (float *)((char *)scratch + o.rowsum),
 			 part(scratch, o.qkv), part(scratch, o.o),
-			 part(scratch, o.dout), lse, B, T, C, NH, diag, stream),
+			 part(scratch, o.dout), lse, diag, stream),
 		 out);
 	FLOW_TRY(widen_bf16(dqkv, part(scratch, o.dqkv), 3 * btc, true, diag,
 			    stream),
@@ -401,14 +402,16 @@ flow_err_t flow_cuda_attention_forward(float *out, float *lse, void *scratch,
 	size_t hs = 0, rows = 0;
 	float scale = 0.0f;
 	attention_scratch s = {};
+	flow_cudnn_plan_t *plan = NULL;
 
 	if (B == 0 || T == 0 || C == 0)
 		return FLOW_OK;
 	FLOW_TRY(attention_check(B, T, C, NH, __func__, diag), out);
-	if (bf16 && flow_cuda__cudnn_attention_takes(false, B, T, C, NH)) {
+	if (bf16 && (plan = flow_cuda__cudnn_attention_plan(false, B, T, C,
+							     NH))) {
 		att_cudnn++;
-		return cudnn_forward(out, lse, scratch, qkv, B, T, C, NH, diag,
-				     stream);
+		return cudnn_forward(plan, out, lse, scratch, qkv, B, T, C, NH,
+				     diag, stream);
 	}
 	if (bf16)
 		own_bf16_pass();
@@ -472,14 +475,16 @@ flow_err_t flow_cuda_attention_backward(float *dqkv, void *scratch, bool bf16,
 	size_t hs = 0, rows = 0;
 	float scale = 0.0f;
 	attention_scratch s = {};
+	flow_cudnn_plan_t *plan = NULL;
 
 	if (B == 0 || T == 0 || C == 0)
 		return FLOW_OK;
 	FLOW_TRY(attention_check(B, T, C, NH, __func__, diag), out);
-	if (bf16 && flow_cuda__cudnn_attention_takes(true, B, T, C, NH)) {
+	if (bf16 && (plan = flow_cuda__cudnn_attention_plan(true, B, T, C,
+							     NH))) {
 		att_cudnn++;
-		return cudnn_backward(dqkv, scratch, dout, qkv, lse, out, B, T,
-				      C, NH, diag, stream);
+		return cudnn_backward(plan, dqkv, scratch, dout, qkv, lse, out,
+				      B, T, C, NH, diag, stream);
 	}
 	if (bf16)
 		own_bf16_pass();

@@ -37,11 +37,12 @@ bool flow_cuda__cudnn_built(void)
 	return false;
 }
 
-bool flow_cuda__cudnn_attention_takes(bool backward, size_t B, size_t T,
-				      size_t C, size_t NH)
+flow_cudnn_plan_t *flow_cuda__cudnn_attention_plan(bool backward, size_t B,
+						  size_t T, size_t C,
+						  size_t NH)
 {
 	(void)backward, (void)B, (void)T, (void)C, (void)NH;
-	return false;
+	return NULL;
 }
 
 static flow_err_t not_built(flow_diag_t *diag, const char *func)
@@ -50,24 +51,23 @@ static flow_err_t not_built(flow_diag_t *diag, const char *func)
 			     "%s: this build has no cuDNN", func);
 }
 
-flow_err_t flow_cuda__cudnn_attention_forward(void *o, float *lse,
-					      const void *qkv, size_t B,
-					      size_t T, size_t C, size_t NH,
+flow_err_t flow_cuda__cudnn_attention_forward(flow_cudnn_plan_t *plan,
+					      void *o, float *lse,
+					      const void *qkv,
 					      flow_diag_t *diag,
 					      cudaStream_t stream)
 {
-	(void)o, (void)lse, (void)qkv, (void)B, (void)T, (void)C, (void)NH;
-	(void)stream;
+	(void)plan, (void)o, (void)lse, (void)qkv, (void)stream;
 	return not_built(diag, __func__);
 }
 
 flow_err_t flow_cuda__cudnn_attention_backward(
-	void *dqkv, float *softmax_sum, const void *qkv, const void *o,
-	const void *dout, const float *lse, size_t B, size_t T, size_t C,
-	size_t NH, flow_diag_t *diag, cudaStream_t stream)
+	flow_cudnn_plan_t *plan, void *dqkv, float *softmax_sum,
+	const void *qkv, const void *o, const void *dout, const float *lse,
+	flow_diag_t *diag, cudaStream_t stream)
 {
-	(void)dqkv, (void)softmax_sum, (void)qkv, (void)o, (void)dout;
-	(void)lse, (void)B, (void)T, (void)C, (void)NH, (void)stream;
+	(void)plan, (void)dqkv, (void)softmax_sum, (void)qkv, (void)o;
+	(void)dout, (void)lse, (void)stream;
 	return not_built(diag, __func__);
 }
 
@@ -236,14 +236,15 @@ enum {
 	UID_VIRTUAL = 100
 };
 
-#define PLAN_DESCS 192 /* the backward graph has about 90, its plan 50 */
+#define PLAN_DESCS 192 /* the backward graph's 65, its plan's up to 50 */
 #define PLAN_OPS 40
 #define PLANS 16       /* sizes a run takes: one or two per pass */
 /* Larger plans decline: the deterministic backward's workspace grows as
- * B NH T^2 (1.6 GB for GPT-2 124M at batch 64, T 1024). */
+ * B NH T^2 (by NVIDIA's frontend's formula, B NH T^2 2 bytes, 1.6 GB for
+ * GPT-2 124M at batch 64, T 1024; not measured). */
 #define CUDNN_WORKSPACE_MAX ((int64_t)4 << 30)
 
-struct plan {
+struct flow_cudnn_plan {
 	int device;
 	bool backward;
 	size_t B, T, C, NH;
@@ -256,7 +257,7 @@ struct plan {
 	int ndescs;
 };
 
-static _Thread_local struct plan plans[PLANS];
+static _Thread_local struct flow_cudnn_plan plans[PLANS];
 static _Thread_local int nplans;
 static _Thread_local cudnnHandle_t handles[64];
 /* The last reason cuDNN declined, for the GPU test's report. */
@@ -269,7 +270,7 @@ const char *flow_cuda__cudnn_declined_why(void)
 	return declined_why;
 }
 
-static void plan_free(struct plan *p)
+static void plan_free(struct flow_cudnn_plan *p)
 {
 	for (int i = p->ndescs - 1; i >= 0; i--)
 		(void)cudnn.destroy_desc(p->descs[i]);
@@ -300,7 +301,7 @@ void flow_cuda__cudnn_release_thread(void)
 /* Records the first failure and turns every later step into a no-op, so a
  * graph reads as a list of ops. */
 struct builder {
-	struct plan *p;
+	struct flow_cudnn_plan *p;
 	cudnnStatus_t status;
 	char failed[320];
 	int64_t next_uid;
@@ -880,10 +881,10 @@ static bool device_takes(int device, bool backward, char *why, size_t cap)
 }
 
 /* The plan for these sizes, built (or declined) on first use. */
-static struct plan *plan_for(bool backward, size_t B, size_t T, size_t C,
+static struct flow_cudnn_plan *plan_for(bool backward, size_t B, size_t T, size_t C,
 			     size_t NH)
 {
-	struct plan *p;
+	struct flow_cudnn_plan *p;
 	struct builder b = { .status = CUDNN_STATUS_SUCCESS,
 			     .next_uid = UID_VIRTUAL };
 	struct shapes s;
@@ -902,7 +903,7 @@ static struct plan *plan_for(bool backward, size_t B, size_t T, size_t C,
 	if (nplans == PLANS) /* a run of many sizes: start again */
 		flow_cuda__cudnn_release_thread();
 	p = &plans[nplans++];
-	*p = (struct plan){ .device = device, .backward = backward, .B = B,
+	*p = (struct flow_cudnn_plan){ .device = device, .backward = backward, .B = B,
 			    .T = T, .C = C, .NH = NH };
 	if (!device_takes(device, backward, p->why, sizeof(p->why)))
 		return p;
@@ -982,7 +983,7 @@ flow_err_t flow_cuda_attention_cudnn_check(size_t B, size_t T, size_t C,
 		return flow_diag_set(diag, FLOW_ERR_NOTSUP, "%s: %s", __func__,
 				     cudnn_absent);
 	for (int backward = 0; backward < 2; backward++) {
-		struct plan p = { .B = B };
+		struct flow_cudnn_plan p = { .B = B };
 		struct builder b = { .p = &p, .status = CUDNN_STATUS_SUCCESS,
 				     .next_uid = UID_VIRTUAL };
 		const struct shapes s = shapes_of(B, T, C, NH);
@@ -1010,17 +1011,16 @@ flow_err_t flow_cuda_attention_cudnn_check(size_t B, size_t T, size_t C,
 
 /* ---- execution ----------------------------------------------------------- */
 
-/* Whether cuDNN takes these sizes; *plan_out is the plan when it does. */
-static bool taken(bool backward, size_t B, size_t T, size_t C, size_t NH,
-		  struct plan **plan_out)
+flow_cudnn_plan_t *flow_cuda__cudnn_attention_plan(bool backward, size_t B,
+						  size_t T, size_t C,
+						  size_t NH)
 {
-	struct plan *p;
+	struct flow_cudnn_plan *p;
 
-	*plan_out = NULL;
 	if (!cudnn_loaded()) {
 		snprintf(declined_why, sizeof(declined_why), "%s",
 			 cudnn_absent);
-		return false;
+		return NULL;
 	}
 	/* cuDNN's fused kernels want head sizes a multiple of 8, at most 128
 	 * on every architecture they run on, and 32-bit sequence indices. */
@@ -1031,19 +1031,18 @@ static bool taken(bool backward, size_t B, size_t T, size_t C, size_t NH,
 			 "cuDNN's fused attention (a multiple of 8, at most "
 			 "128)",
 			 NH ? C / NH : 0, C, NH, T);
-		return false;
+		return NULL;
 	}
 	p = plan_for(backward, B, T, C, NH);
 	if (!p || !p->built) {
 		snprintf(declined_why, sizeof(declined_why), "%s",
 			 p ? p->why : "no current CUDA device");
-		return false;
+		return NULL;
 	}
-	*plan_out = p;
-	return true;
+	return p;
 }
 
-static flow_err_t run_plan(struct plan *p, int n, const int64_t *uids,
+static flow_err_t run_plan(struct flow_cudnn_plan *p, int n, const int64_t *uids,
 			   void *const *ptrs, const char *func,
 			   flow_diag_t *diag, cudaStream_t stream)
 {
@@ -1092,25 +1091,6 @@ out:
 	return err;
 }
 
-bool flow_cuda__cudnn_attention_takes(bool backward, size_t B, size_t T,
-				      size_t C, size_t NH)
-{
-	struct plan *p;
-
-	return taken(backward, B, T, C, NH, &p);
-}
-
-/* The plan taken(), or an error for a caller that did not ask first. */
-static flow_err_t plan_taken(bool backward, size_t B, size_t T, size_t C,
-			     size_t NH, struct plan **p, const char *func,
-			     flow_diag_t *diag)
-{
-	if (taken(backward, B, T, C, NH, p))
-		return FLOW_OK;
-	return flow_diag_set(diag, FLOW_ERR_USAGE, "%s: cuDNN declined: %s",
-			     func, declined_why);
-}
-
 /* What masked scores become: -inf from cuDNN 9.10 on, the lowest float
  * before (as NVIDIA's frontend passes them). */
 static float masked_value(void)
@@ -1124,19 +1104,20 @@ static const char *at(const void *base, size_t elems)
 	return (const char *)base + elems * 2; /* bf16 */
 }
 
-flow_err_t flow_cuda__cudnn_attention_forward(void *o, float *lse,
-					      const void *qkv, size_t B,
-					      size_t T, size_t C, size_t NH,
+/* 1/sqrt(head size), the scores' scale. */
+static float scale_of(const struct flow_cudnn_plan *p)
+{
+	return 1.0f / sqrtf((float)(p->C / p->NH));
+}
+
+flow_err_t flow_cuda__cudnn_attention_forward(flow_cudnn_plan_t *p, void *o,
+					      float *lse, const void *qkv,
 					      flow_diag_t *diag,
 					      cudaStream_t stream)
 {
-	struct plan *p = NULL;
-	float scale, neg_inf = masked_value();
-	flow_err_t err = plan_taken(false, B, T, C, NH, &p, __func__, diag);
+	const size_t C = p->C;
+	float scale = scale_of(p), neg_inf = masked_value();
 
-	if (err != FLOW_OK)
-		return err;
-	scale = 1.0f / sqrtf((float)(C / NH));
 	{
 		const int64_t uids[] = { UID_Q, UID_K, UID_V, UID_O, UID_STATS,
 					 UID_SCALE, UID_NEG_INF };
@@ -1148,17 +1129,13 @@ flow_err_t flow_cuda__cudnn_attention_forward(void *o, float *lse,
 }
 
 flow_err_t flow_cuda__cudnn_attention_backward(
-	void *dqkv, float *softmax_sum, const void *qkv, const void *o,
-	const void *dout, const float *lse, size_t B, size_t T, size_t C,
-	size_t NH, flow_diag_t *diag, cudaStream_t stream)
+	flow_cudnn_plan_t *p, void *dqkv, float *softmax_sum, const void *qkv,
+	const void *o, const void *dout, const float *lse, flow_diag_t *diag,
+	cudaStream_t stream)
 {
-	struct plan *p = NULL;
-	float scale, one = 1.0f, neg_inf = masked_value();
-	flow_err_t err = plan_taken(true, B, T, C, NH, &p, __func__, diag);
+	const size_t C = p->C;
+	float scale = scale_of(p), one = 1.0f, neg_inf = masked_value();
 
-	if (err != FLOW_OK)
-		return err;
-	scale = 1.0f / sqrtf((float)(C / NH));
 	{
 		const int64_t uids[] = { UID_Q,  UID_K,	 UID_V,
 					 UID_O,  UID_DO, UID_STATS,

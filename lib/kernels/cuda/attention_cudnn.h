@@ -37,26 +37,30 @@ extern "C" {
 /* Whether this build has the cuDNN path (configure found cudnn.h). */
 FLOW_CUDNN_HIDDEN bool flow_cuda__cudnn_built(void);
 
-/* Whether cuDNN takes the forward (or backward) pass of these sizes on the
- * current device: loads cuDNN and builds the plan on first asking, and
- * remembers either answer.  When it declines, declined_why says why. */
-FLOW_CUDNN_HIDDEN bool flow_cuda__cudnn_attention_takes(bool backward,
-							size_t B, size_t T,
-							size_t C, size_t NH);
+/* A built plan for one pass of one size (attention_cudnn.c). */
+typedef struct flow_cudnn_plan flow_cudnn_plan_t;
+
+/* The calling thread's plan for the forward (or backward) pass of these
+ * sizes on the current device, loading cuDNN and building the plan on
+ * first asking; NULL when cuDNN declines (either answer is remembered),
+ * and then declined_why says why. */
+FLOW_CUDNN_HIDDEN flow_cudnn_plan_t *
+flow_cuda__cudnn_attention_plan(bool backward, size_t B, size_t T, size_t C,
+				size_t NH);
 FLOW_CUDNN_HIDDEN const char *flow_cuda__cudnn_declined_why(void);
 
-/* The forward pass, once taken: o and lse from qkv. */
+/* The forward pass of plan's sizes: o and lse from qkv. */
 FLOW_CUDNN_HIDDEN flow_err_t flow_cuda__cudnn_attention_forward(
-	void *o, float *lse, const void *qkv, size_t B, size_t T, size_t C,
-	size_t NH, flow_diag_t *diag, cudaStream_t stream);
+	flow_cudnn_plan_t *plan, void *o, float *lse, const void *qkv,
+	flow_diag_t *diag, cudaStream_t stream);
 
-/* The backward pass, once taken: dqkv (overwritten, bf16) from qkv, o,
- * dout and lse; softmax_sum is room for B*NH*T floats (rowsum(dout * o),
- * the graph's own intermediate). */
+/* The backward pass of plan's sizes: dqkv (overwritten, bf16) from qkv,
+ * o, dout and lse; softmax_sum is room for B*NH*T floats (rowsum(dout *
+ * o), the graph's own intermediate). */
 FLOW_CUDNN_HIDDEN flow_err_t flow_cuda__cudnn_attention_backward(
-	void *dqkv, float *softmax_sum, const void *qkv, const void *o,
-	const void *dout, const float *lse, size_t B, size_t T, size_t C,
-	size_t NH, flow_diag_t *diag, cudaStream_t stream);
+	flow_cudnn_plan_t *plan, void *dqkv, float *softmax_sum,
+	const void *qkv, const void *o, const void *dout, const float *lse,
+	flow_diag_t *diag, cudaStream_t stream);
 
 /* Forget the calling thread's cuDNN handles and plans (with the cuBLAS
  * handles, flow_cuda_release_thread). */
