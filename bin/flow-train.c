@@ -68,9 +68,10 @@ static const char help_text[] =
 	"Device (see flow-train(1), GPUS):\n"
 	"      --device D         cpu, or cuda: each rank takes the GPU of its local\n"
 	"                         rank [cpu]\n"
-	"      --precision P      fp32, or bf16: GEMM operands rounded to bf16, fp32\n"
-	"                         accumulation, weights and optimizer state (on the\n"
-	"                         CPU emulated, for checking) [fp32]\n"
+	"      --precision P      fp32, or bf16: activations stored in bf16, GEMMs\n"
+	"                         on bf16 operands with fp32 accumulation, weights,\n"
+	"                         gradients and optimizer state fp32 (on the CPU\n"
+	"                         slower than fp32, for checking) [fp32]\n"
 	"      --comm C           nccl, or cpu: collectives staged through host\n"
 	"                         memory, so several ranks may share a GPU [nccl for\n"
 	"                         cuda; cpu for cpu]\n"
@@ -442,7 +443,9 @@ static int emit_graph(flow_tool_t *tool, train_opts_t *o)
 	int status = 0;
 
 	flow_graph_init(&g);
-	if (flow_gpt_build(&c->model, c->batch, T, &g, &diag) != FLOW_OK ||
+	if (flow_graph_set_act_dtype(&g, flow_precision_act_dtype(c->precision),
+				     &diag) != FLOW_OK ||
+	    flow_gpt_build(&c->model, c->batch, T, &g, &diag) != FLOW_OK ||
 	    flow_graph_backward(&g, &diag) != FLOW_OK ||
 	    flow_memplan_build(&g, &plan, &diag) != FLOW_OK) {
 		status = flow_tool_fail(tool, &diag);

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FLOW_CUDA_MODULE_ABI 13u
+#define FLOW_CUDA_MODULE_ABI 14u
 #define FLOW_CUDA_MODULE_ENTRY "flow_cuda_module_entry"
 
 struct flow_comm;

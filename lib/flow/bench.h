@@ -52,9 +52,9 @@ typedef enum {
 	FLOW_BENCH_GRADNORM,
 	FLOW_BENCH_RESLN, /* the residual add and layernorm fused, against
 			   * the two kernels in turn */
-	FLOW_BENCH_MATMUL_BF16, /* matmul with bf16 GEMM operands, against
-				 * the fp32 sgemms */
-	FLOW_BENCH_ATTENTION_BF16, /* attention with bf16 operands */
+	FLOW_BENCH_MATMUL_BF16, /* the matmul's bf16 twin (bf16 activations,
+				 * flow/kernels.h), against the fp32 sgemms */
+	FLOW_BENCH_ATTENTION_BF16, /* the attention's bf16 twin */
 	FLOW_BENCH_NKERNELS
 } flow_bench_kernel_t;
 

@@ -1,11 +1,14 @@
-/* The executor: runs a differentiated graph (flow/graph.h) on the CPU.
+/* The executor: runs a differentiated graph (flow/graph.h) on a kernel
+ * set's device (the CPU, or a GPU through the CUDA module).
  *
  * It owns the storage of every tensor: parameters and their gradients (one
  * block each, tensors in graph order, each on a 64-byte boundary), inputs,
  * and one arena for the transient tensors laid out by the memory plan, all
  * taken from the storage that goes with the chosen kernel set
  * (flow_exec_storage_t).  It maps each op kind to a kernel of that set's
- * table (flow/kernels.h, flow_kernels_t) and keeps, when asked, a
+ * table (flow/kernels.h, flow_kernels_t), or to the kernel's bf16 twin
+ * where the graph stores the op's activations in bf16 (a graph whose
+ * act_dtype is bf16: mixed precision), and keeps, when asked, a
  * per-op-kind profile.
  *
  * A step is: write the inputs (flow_exec_tensor), flow_exec_forward,
@@ -143,7 +146,8 @@ FLOW_EXPORT flow_err_t flow_exec_sync(flow_exec_t *exec,
  * layernorm_residual_backward and matmul_gelu_forward). */
 FLOW_EXPORT size_t flow_exec_fused_pairs(const flow_exec_t *exec);
 /* Bytes of kernel scratch the executor holds (attention's backward pass,
- * the bf16 GEMMs' rounded operands): the largest any op needs. */
+ * the bf16 GEMMs' rounded weights and widened rows): the largest any op
+ * needs. */
 FLOW_EXPORT size_t flow_exec_scratch_bytes(const flow_exec_t *exec);
 
 /* Storage of tensor t (f32 or i32 as its dtype says), contiguous
@@ -200,16 +204,6 @@ FLOW_EXPORT flow_err_t flow_exec_init_params_boxes(flow_exec_t *exec,
  * whole step (all micro-batches).  Default 1 / (tokens of one
  * micro-batch). */
 FLOW_EXPORT void flow_exec_set_loss_scale(flow_exec_t *exec, float scale);
-
-/* Mixed precision: with on, every matmul, forward and backward, runs its
- * GEMMs on operands rounded to bf16 with fp32 accumulation (the kernel
- * set's matmul_bf16, flow/kernels.h); parameters, gradients and every
- * other tensor and kernel stay fp32.  Off (the default): fp32 GEMMs.
- * Grows the kernel scratch when the bf16 GEMMs need more (FLOW_ERR_NOMEM,
- * the setting unchanged, when it cannot); call between passes. */
-FLOW_EXPORT flow_err_t flow_exec_set_bf16_gemms(flow_exec_t *exec, bool on,
-						flow_diag_t *diag)
-	FLOW_MUST_CHECK;
 
 /* Run ops [0, nforward) and write to *loss_out the mean of the losses
  * tensor over its elements, summed in double in index order (plain

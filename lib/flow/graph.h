@@ -67,7 +67,8 @@ typedef struct flow_init {
 typedef struct flow_graph_tensor {
 	char name[FLOW_GRAPH_NAME_MAX]; /* "h.0.attn.c_attn.weight" */
 	flow_role_t role;
-	flow_dtype_t dtype;             /* f32, or i32 for token ids */
+	flow_dtype_t dtype;             /* f32, i32 for token ids, or the
+					 * graph's act_dtype */
 	flow_shape_t shape;
 	int producer;  /* op that first writes it; -1 for params and inputs */
 	int grad;      /* its gradient tensor, -1 when none (yet) */
@@ -165,12 +166,24 @@ typedef struct flow_graph {
 	size_t nforward; /* ops [0, nforward) are the forward pass; equals
 			  * nops until flow_graph_backward() */
 	int loss;        /* the per-token losses tensor, -1 until set */
+	/* The dtype of the activations that GEMMs read and write, and of
+	 * their gradients (flow/ops.h says which tensors those are): f32,
+	 * or bf16 for mixed precision.  f32 after flow_graph_init. */
+	flow_dtype_t act_dtype;
 } flow_graph_t;
 
 /* An empty graph.  Release with flow_graph_release(). */
 FLOW_EXPORT void flow_graph_init(flow_graph_t *g);
 /* Free the arrays; the graph is empty afterwards (init again to reuse). */
 FLOW_EXPORT void flow_graph_release(flow_graph_t *g);
+
+/* Store the graph's activations in dtype (f32 or bf16; see act_dtype),
+ * before its first op is added.  FLOW_ERR_USAGE for another dtype, or a
+ * graph that already has ops. */
+FLOW_EXPORT flow_err_t flow_graph_set_act_dtype(flow_graph_t *g,
+						flow_dtype_t dtype,
+						flow_diag_t *diag)
+	FLOW_MUST_CHECK;
 
 /* Add a parameter or an input: returns its index (>= 0), or <0 with diag
  * set (FLOW_ERR_USAGE for a duplicate or over-long name, a bad shape or a

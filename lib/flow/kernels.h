@@ -6,7 +6,8 @@
  *
  * Conventions shared by every kernel of every set:
  * - fp32, contiguous, row-major; pointers must not alias unless a kernel
- *   says so; sizes are element counts.
+ *   says so; sizes are element counts.  The *_bf16 twins (below, "bf16
+ *   activations") store some operands in bf16 instead.
  * - Forward kernels overwrite their outputs.
  * - Backward kernels ACCUMULATE (+=) into every gradient they write, so a
  *   tensor consumed twice (the residual stream) or a parameter used by
@@ -50,47 +51,6 @@ typedef void flow_matmul_backward_fn(float *dinp, float *dweight,
 				     float *dbias, const float *dout,
 				     const float *inp, const float *weight,
 				     size_t n, size_t in_dim, size_t out_dim);
-
-/* ---- matmul with bf16 GEMM operands (mixed precision) ------------------ */
-/* The matmul above, with every GEMM operand (inp, weight and, backward,
- * dout) rounded to bf16, to nearest even, and the products summed in fp32:
- * what a GPU's tensor cores compute for bf16 inputs with fp32
- * accumulation, and what PyTorch's autocast does to nn.Linear.  out, bias
- * and every gradient stay fp32; dbias sums the unrounded dout.  A product
- * of two bf16 values is exact in fp32, so a set that rounds its operands
- * and runs its fp32 GEMM (the CPU) computes the same sums as one with bf16
- * hardware, differing only in the order of the fp32 additions.
- *
- * scratch holds at least the set's matmul_bf16_scratch_bound(n, in_dim,
- * out_dim) bytes, 64-byte aligned, for the rounded operands; its contents
- * need not be initialised and are garbage afterwards.  The rows are taken
- * in panels of flow_matmul_bf16_panel_rows (below), so that the scratch
- * for the batch's operands stays bounded however large n * out_dim (the
- * logits) is. */
-typedef size_t flow_matmul_bf16_scratch_bound_fn(size_t n, size_t in_dim,
-						 size_t out_dim);
-typedef void flow_matmul_bf16_forward_fn(float *out, void *scratch,
-					 const float *inp, const float *weight,
-					 const float *bias, size_t n,
-					 size_t in_dim, size_t out_dim);
-typedef void flow_matmul_bf16_backward_fn(float *dinp, float *dweight,
-					  float *dbias, void *scratch,
-					  const float *dout, const float *inp,
-					  const float *weight, size_t n,
-					  size_t in_dim, size_t out_dim);
-
-/* Rows per panel of a bf16 matmul when the rounded rows of inp and dout
- * of one panel may take `budget` elements: at least 1, at most n.  A
- * set's scratch bound is then out_dim*in_dim + rows*(in_dim + out_dim)
- * elements of its rounded type (the whole weight, one panel of the rest). */
-static inline size_t flow_matmul_bf16_panel_rows(size_t n, size_t in_dim,
-						 size_t out_dim, size_t budget)
-{
-	size_t width = in_dim + out_dim, rows = width ? budget / width : n;
-	if (rows < 1)
-		rows = 1;
-	return rows < n ? rows : n;
-}
 
 /* ---- token + position embedding ---------------------------------------- */
 /* wte holds rows [row0, row0 + rows) of the token table: all of it
@@ -147,13 +107,11 @@ typedef void flow_gelu_backward_fn(float *dinp, const float *inp,
 				   const float *dout, size_t n);
 
 /* ---- matmul with the GELU of its output ---------------------------------- */
-/* pre = inp . weight^T + bias, as matmul_forward (bf16: matmul_bf16_forward
- * with its scratch) computes it, and out = gelu(pre): the two kernels in
- * turn, in one pass where the set can (a GPU's GEMM epilogue writes both,
- * the same arithmetic to rounding).  The host sets call the two: the same
- * bits.  bias may be NULL. */
+/* pre = inp . weight^T + bias, as matmul_forward computes it, and
+ * out = gelu(pre): the two kernels in turn, in one pass where the set can
+ * (a GPU's GEMM epilogue writes both, the same arithmetic to rounding).
+ * The host sets call the two: the same bits.  bias may be NULL. */
 typedef void flow_matmul_gelu_forward_fn(float *pre, float *out,
-					 void *scratch, bool bf16,
 					 const float *inp, const float *weight,
 					 const float *bias, size_t n,
 					 size_t in_dim, size_t out_dim);
@@ -171,31 +129,24 @@ typedef void flow_matmul_gelu_forward_fn(float *pre, float *out,
  * backward.  The probabilities live only in scratch, one batch row of
  * heads at a time.  Backward, dpre = scale P (dP - rowsum(P dP)) is the
  * gradient of q.k^T, with dP = dout.v^T; dq = dpre.k, dk = dpre^T.q and
- * dv = P^T.dout.
- *
- * bf16 (mixed precision) rounds the operands of those products to bf16,
- * to nearest even, and sums them in fp32, as the bf16 matmul does (a
- * GPU's tensor cores, or the host's fp32 GEMM on the rounded values):
- * q, k, v and dout; P where it multiplies (out = P.v, dv = P^T.dout)
- * while the softmax and its backward use it unrounded; dpre where it
- * multiplies.  Flash attention's bf16 kernels round the same operands. */
+ * dv = P^T.dout. */
 typedef void flow_attention_forward_fn(float *out, float *lse, void *scratch,
-				       bool bf16, const float *qkv, size_t B,
-				       size_t T, size_t C, size_t NH);
+				       const float *qkv, size_t B, size_t T,
+				       size_t C, size_t NH);
 /* Bytes of scratch the same set's attention forward or backward pass
- * needs for these sizes in that precision (each set says what it keeps
- * there; bf16 needs more, for rounded copies); contents need not be
+ * needs for these sizes, of the fp32 kernels or (bf16) of their bf16
+ * twins (each set says what it keeps there); contents need not be
  * initialised and are garbage afterwards. */
 typedef size_t flow_attention_scratch_bound_fn(size_t B, size_t T, size_t C,
 					       size_t NH, bool bf16);
 /* dqkv (B,T,3C) += gradient of out w.r.t. qkv, from the forward pass's
- * lse and out, in the forward pass's precision.  scratch, for both
- * passes, holds at least the set's attention_scratch_bound(.., bf16)
- * bytes, 64-byte aligned.  out is what the same set's forward pass wrote
- * for qkv: the host sets do not read it (they recompute the softmax
- * backward's rowsum(P dP) from the probabilities); cuDNN's fused
- * backward takes it as rowsum(dout * out), which equals it. */
-typedef void flow_attention_backward_fn(float *dqkv, void *scratch, bool bf16,
+ * lse and out.  scratch, for both passes, holds at least the set's
+ * attention_scratch_bound(.., false) bytes, 64-byte aligned.  out is what
+ * the same set's forward pass wrote for qkv: the host sets do not read
+ * it (they recompute the softmax backward's rowsum(P dP) from the
+ * probabilities); cuDNN's fused backward takes it as rowsum(dout * out),
+ * which equals it. */
+typedef void flow_attention_backward_fn(float *dqkv, void *scratch,
 					const float *dout, const float *qkv,
 					const float *lse, const float *out,
 					size_t B, size_t T, size_t C,
@@ -291,6 +242,151 @@ typedef void flow_cross_entropy_split_finish_fn(float *losses, float *logits,
 						const flow_logits_shard_t *s,
 						float dloss);
 
+/* ---- bf16 activations (mixed precision) ------------------------------------ */
+/* With --precision bf16 the activations that GEMMs read and write are
+ * stored in bf16: the outputs of layernorm, matmul, GELU and attention,
+ * and their gradients (flow/ops.h, "mixed precision"); the residual
+ * stream and its gradient, the layernorm and attention statistics, the
+ * losses, the parameters, their gradients and the optimizer's state stay
+ * fp32.  Each kernel above that touches such a tensor has a twin,
+ * <kernel>_bf16 below, with the same contract except that its operands
+ * typed flow_bf16_t are stored in bf16 (flow/tensor.h).  A bf16 twin:
+ * - reads a bf16 operand exactly (widened to fp32);
+ * - computes as its fp32 kernel does: in fp32, the reference set in
+ *   double, the same formulas and, on the host sets, the same order;
+ * - rounds every bf16 value it stores once, to nearest even;
+ * - accumulates into a bf16 gradient by reading it, adding in fp32 and
+ *   rounding once: g = bf16(g + dg).
+ * GEMMs take bf16 operands and sum their products in fp32: a GPU's
+ * tensor cores, or, on the host sets, their fp32 GEMM on the widened
+ * operands (a product of two bf16 values is exact in fp32, so only the
+ * order of the additions differs).  A weight and a bias stay fp32: each
+ * GEMM rounds them to bf16 for its products and sum, as PyTorch's
+ * autocast does (and cuBLASLt's bias epilogue wants a bias of the
+ * output's type), and their gradients are summed in fp32, never
+ * rounded. */
+
+/* ---- matmul ---------------------------------------------------------------- */
+/* out = bf16(inp . bf16(weight)^T + bf16(bias)): scratch holds at least
+ * the set's matmul_bf16_scratch_bound(n, in_dim, out_dim) bytes, 64-byte
+ * aligned, for either pass (the rounded weight and bias, and on the host
+ * sets one panel of rows of the widened operands); its contents need not be
+ * initialised and are garbage afterwards.  The rows are taken in panels
+ * of flow_matmul_bf16_panel_rows (below), so that the scratch stays
+ * bounded however large n * out_dim (the logits) is. */
+typedef size_t flow_matmul_bf16_scratch_bound_fn(size_t n, size_t in_dim,
+						 size_t out_dim);
+typedef void flow_matmul_bf16_forward_fn(flow_bf16_t *out, void *scratch,
+					 const flow_bf16_t *inp,
+					 const float *weight, const float *bias,
+					 size_t n, size_t in_dim,
+					 size_t out_dim);
+/* dinp = bf16(dinp + dout . bf16(weight)); dweight += dout^T . inp and
+ * dbias += sum_n dout, both fp32.  dinp, dweight, dbias are each
+ * optional. */
+typedef void flow_matmul_bf16_backward_fn(flow_bf16_t *dinp, float *dweight,
+					  float *dbias, void *scratch,
+					  const flow_bf16_t *dout,
+					  const flow_bf16_t *inp,
+					  const float *weight, size_t n,
+					  size_t in_dim, size_t out_dim);
+/* pre as matmul_bf16_forward writes it, and out = bf16(gelu(pre)).  The
+ * host sets call the two kernels, so gelu reads the stored (rounded) pre:
+ * the unfused pair's bits.  A GPU's GEMM epilogue takes the GELU of the
+ * fp32 sum before rounding it, so its out may differ from the pair's by
+ * one bf16 rounding. */
+typedef void flow_matmul_gelu_bf16_forward_fn(flow_bf16_t *pre,
+					      flow_bf16_t *out, void *scratch,
+					      const flow_bf16_t *inp,
+					      const float *weight,
+					      const float *bias, size_t n,
+					      size_t in_dim, size_t out_dim);
+
+/* Rows per panel of a bf16 matmul when the rows of one panel may take
+ * `budget` elements of each of inp and dinp, and of dout: at least 1, at
+ * most n.  A set's scratch bound is then the rounded weight and bias,
+ * (in_dim + 1) * out_dim elements, and one panel of the rest. */
+static inline size_t flow_matmul_bf16_panel_rows(size_t n, size_t in_dim,
+						 size_t out_dim, size_t budget)
+{
+	size_t width = 2 * in_dim + out_dim, rows = width ? budget / width : n;
+	if (rows < 1)
+		rows = 1;
+	return rows < n ? rows : n;
+}
+
+/* ---- layernorm, GELU, residual add ----------------------------------------- */
+/* The normalised output in bf16; mean, rstd and the input (the residual
+ * stream) fp32. */
+typedef void flow_layernorm_bf16_forward_fn(flow_bf16_t *out, float *mean,
+					    float *rstd, const float *inp,
+					    const float *weight,
+					    const float *bias, size_t n,
+					    size_t C);
+typedef void flow_layernorm_bf16_backward_fn(float *dinp, float *dweight,
+					     float *dbias,
+					     const flow_bf16_t *dout,
+					     const float *inp,
+					     const float *weight,
+					     const float *mean,
+					     const float *rstd, size_t n,
+					     size_t C);
+typedef void flow_gelu_bf16_forward_fn(flow_bf16_t *out,
+				       const flow_bf16_t *inp, size_t n);
+typedef void flow_gelu_bf16_backward_fn(flow_bf16_t *dinp,
+					const flow_bf16_t *inp,
+					const flow_bf16_t *dout, size_t n);
+/* out = a + b: the residual stream a and out fp32, the branch b (a
+ * matmul's output) bf16; backward, da fp32 and db bf16. */
+typedef void flow_residual_bf16_forward_fn(float *out, const float *a,
+					   const flow_bf16_t *b, size_t n);
+typedef void flow_residual_bf16_backward_fn(float *da, flow_bf16_t *db,
+					    const float *dout, size_t n);
+/* The fused pairs, with the same operands in bf16: res fp32 and out bf16
+ * forward; dres and da fp32, db and dout bf16 backward. */
+typedef void flow_residual_layernorm_bf16_forward_fn(
+	float *res, flow_bf16_t *out, float *mean, float *rstd,
+	const float *a, const flow_bf16_t *b, const float *weight,
+	const float *bias, size_t n, size_t C);
+typedef void flow_layernorm_residual_bf16_backward_fn(
+	float *dres, float *da, flow_bf16_t *db, float *dweight, float *dbias,
+	const flow_bf16_t *dout, const float *res, const float *weight,
+	const float *mean, const float *rstd, size_t n, size_t C);
+
+/* ---- attention -------------------------------------------------------------- */
+/* qkv, out, dout and dqkv bf16, lse fp32; scratch holds the set's
+ * attention_scratch_bound(.., true) bytes.  Its products round their
+ * operands too, as flash attention's bf16 kernels do: the probabilities
+ * P where they multiply (out = P.v, dv = P^T.dout) while the softmax and
+ * its backward use them unrounded, and dpre where it multiplies. */
+typedef void flow_attention_bf16_forward_fn(flow_bf16_t *out, float *lse,
+					    void *scratch,
+					    const flow_bf16_t *qkv, size_t B,
+					    size_t T, size_t C, size_t NH);
+typedef void flow_attention_bf16_backward_fn(flow_bf16_t *dqkv,
+					     void *scratch,
+					     const flow_bf16_t *dout,
+					     const flow_bf16_t *qkv,
+					     const float *lse,
+					     const flow_bf16_t *out, size_t B,
+					     size_t T, size_t C, size_t NH);
+
+/* ---- cross-entropy ---------------------------------------------------------- */
+/* The logits bf16, their gradient written over them in bf16; the losses
+ * fp32, computed in fp32 (double sums) from the bf16 logits. */
+typedef void flow_cross_entropy_bf16_forward_backward_fn(
+	float *losses, flow_bf16_t *logits, const int32_t *targets, size_t n,
+	size_t V, size_t Vp, float dloss);
+typedef void flow_cross_entropy_bf16_split_max_fn(
+	float *max, const flow_bf16_t *logits, const flow_logits_shard_t *s);
+typedef void flow_cross_entropy_bf16_split_sums_fn(
+	float *sums, float *max, const float *gathered, size_t p,
+	const flow_bf16_t *logits, const flow_logits_shard_t *s);
+typedef void flow_cross_entropy_bf16_split_finish_fn(
+	float *losses, flow_bf16_t *logits, const int32_t *targets,
+	const float *max, const float *sums, const flow_logits_shard_t *s,
+	float dloss);
+
 /* ---- boxing: a region of one piece into another -------------------------- */
 /* dst, laid out row-major as dst_box, gets the elements of region (a box
  * inside both) from src, laid out as src_box: copied, or with add added
@@ -381,9 +477,6 @@ typedef struct flow_kernels {
 	const char *name; /* "cpu", "ref", "cuda" */
 	flow_matmul_forward_fn *matmul_forward;
 	flow_matmul_backward_fn *matmul_backward;
-	flow_matmul_bf16_scratch_bound_fn *matmul_bf16_scratch_bound;
-	flow_matmul_bf16_forward_fn *matmul_bf16_forward;
-	flow_matmul_bf16_backward_fn *matmul_bf16_backward;
 	flow_embedding_forward_fn *embedding_forward;
 	flow_embedding_backward_fn *embedding_backward;
 	flow_layernorm_forward_fn *layernorm_forward;
@@ -402,6 +495,26 @@ typedef struct flow_kernels {
 	flow_cross_entropy_split_max_fn *cross_entropy_split_max;
 	flow_cross_entropy_split_sums_fn *cross_entropy_split_sums;
 	flow_cross_entropy_split_finish_fn *cross_entropy_split_finish;
+	/* The bf16 twins. */
+	flow_matmul_bf16_scratch_bound_fn *matmul_bf16_scratch_bound;
+	flow_matmul_bf16_forward_fn *matmul_bf16_forward;
+	flow_matmul_bf16_backward_fn *matmul_bf16_backward;
+	flow_matmul_gelu_bf16_forward_fn *matmul_gelu_bf16_forward;
+	flow_layernorm_bf16_forward_fn *layernorm_bf16_forward;
+	flow_layernorm_bf16_backward_fn *layernorm_bf16_backward;
+	flow_gelu_bf16_forward_fn *gelu_bf16_forward;
+	flow_gelu_bf16_backward_fn *gelu_bf16_backward;
+	flow_residual_bf16_forward_fn *residual_bf16_forward;
+	flow_residual_bf16_backward_fn *residual_bf16_backward;
+	flow_residual_layernorm_bf16_forward_fn *residual_layernorm_bf16_forward;
+	flow_layernorm_residual_bf16_backward_fn *layernorm_residual_bf16_backward;
+	flow_attention_bf16_forward_fn *attention_bf16_forward;
+	flow_attention_bf16_backward_fn *attention_bf16_backward;
+	flow_cross_entropy_bf16_forward_backward_fn
+		*cross_entropy_bf16_forward_backward;
+	flow_cross_entropy_bf16_split_max_fn *cross_entropy_bf16_split_max;
+	flow_cross_entropy_bf16_split_sums_fn *cross_entropy_bf16_split_sums;
+	flow_cross_entropy_bf16_split_finish_fn *cross_entropy_bf16_split_finish;
 	flow_box_move_fn *box_move;
 	flow_adamw_update_fn *adamw_update;
 	/* Optional (NULL in the host sets, whose per-tensor calls cost
@@ -432,11 +545,6 @@ FLOW_EXPORT extern const flow_kernels_t flow_cpu_kernels;
 /* Every GEMM through cblas_sgemm. */
 FLOW_EXPORT flow_matmul_forward_fn flow_cpu_matmul_forward;
 FLOW_EXPORT flow_matmul_backward_fn flow_cpu_matmul_backward;
-/* The operands rounded to bf16 values held in floats, then the sgemms
- * above; panels of 2^24 elements (lib/kernels/host_bf16_internal.h). */
-FLOW_EXPORT flow_matmul_bf16_scratch_bound_fn flow_cpu_matmul_bf16_scratch_bound;
-FLOW_EXPORT flow_matmul_bf16_forward_fn flow_cpu_matmul_bf16_forward;
-FLOW_EXPORT flow_matmul_bf16_backward_fn flow_cpu_matmul_bf16_backward;
 FLOW_EXPORT flow_embedding_forward_fn flow_cpu_embedding_forward;
 FLOW_EXPORT flow_embedding_backward_fn flow_cpu_embedding_backward;
 FLOW_EXPORT flow_layernorm_forward_fn flow_cpu_layernorm_forward;
@@ -446,7 +554,8 @@ FLOW_EXPORT flow_gelu_backward_fn flow_cpu_gelu_backward;
 FLOW_EXPORT flow_matmul_gelu_forward_fn flow_cpu_matmul_gelu_forward;
 FLOW_EXPORT flow_attention_forward_fn flow_cpu_attention_forward;
 /* The probabilities and their gradient for one batch row, and with bf16
- * its rounded qkv and dout: 2*NH*T*T + 4*T*C floats. */
+ * the row's qkv, out or dout, and dqkv widened: 2*NH*T*T + 7*T*C
+ * floats. */
 FLOW_EXPORT flow_attention_scratch_bound_fn flow_cpu_attention_scratch_bound;
 FLOW_EXPORT flow_attention_backward_fn flow_cpu_attention_backward;
 FLOW_EXPORT flow_residual_forward_fn flow_cpu_residual_forward;
@@ -463,6 +572,34 @@ FLOW_EXPORT flow_cross_entropy_split_max_fn flow_cpu_cross_entropy_split_max;
 FLOW_EXPORT flow_cross_entropy_split_sums_fn flow_cpu_cross_entropy_split_sums;
 FLOW_EXPORT flow_cross_entropy_split_finish_fn
 	flow_cpu_cross_entropy_split_finish;
+/* The bf16 twins: the GEMMs' operands widened to fp32 one panel of 2^24
+ * elements at a time (lib/kernels/host_bf16_internal.h), then the sgemms
+ * above; every other kernel widens and rounds element by element, in the
+ * loops of its fp32 twin. */
+FLOW_EXPORT flow_matmul_bf16_scratch_bound_fn flow_cpu_matmul_bf16_scratch_bound;
+FLOW_EXPORT flow_matmul_bf16_forward_fn flow_cpu_matmul_bf16_forward;
+FLOW_EXPORT flow_matmul_bf16_backward_fn flow_cpu_matmul_bf16_backward;
+FLOW_EXPORT flow_matmul_gelu_bf16_forward_fn flow_cpu_matmul_gelu_bf16_forward;
+FLOW_EXPORT flow_layernorm_bf16_forward_fn flow_cpu_layernorm_bf16_forward;
+FLOW_EXPORT flow_layernorm_bf16_backward_fn flow_cpu_layernorm_bf16_backward;
+FLOW_EXPORT flow_gelu_bf16_forward_fn flow_cpu_gelu_bf16_forward;
+FLOW_EXPORT flow_gelu_bf16_backward_fn flow_cpu_gelu_bf16_backward;
+FLOW_EXPORT flow_residual_bf16_forward_fn flow_cpu_residual_bf16_forward;
+FLOW_EXPORT flow_residual_bf16_backward_fn flow_cpu_residual_bf16_backward;
+FLOW_EXPORT flow_residual_layernorm_bf16_forward_fn
+	flow_cpu_residual_layernorm_bf16_forward;
+FLOW_EXPORT flow_layernorm_residual_bf16_backward_fn
+	flow_cpu_layernorm_residual_bf16_backward;
+FLOW_EXPORT flow_attention_bf16_forward_fn flow_cpu_attention_bf16_forward;
+FLOW_EXPORT flow_attention_bf16_backward_fn flow_cpu_attention_bf16_backward;
+FLOW_EXPORT flow_cross_entropy_bf16_forward_backward_fn
+	flow_cpu_cross_entropy_bf16_forward_backward;
+FLOW_EXPORT flow_cross_entropy_bf16_split_max_fn
+	flow_cpu_cross_entropy_bf16_split_max;
+FLOW_EXPORT flow_cross_entropy_bf16_split_sums_fn
+	flow_cpu_cross_entropy_bf16_split_sums;
+FLOW_EXPORT flow_cross_entropy_bf16_split_finish_fn
+	flow_cpu_cross_entropy_bf16_split_finish;
 FLOW_EXPORT flow_adamw_update_fn flow_cpu_adamw_update;
 /* Partial sums over fixed chunks, added in chunk order. */
 FLOW_EXPORT flow_sum_squares_fn flow_cpu_sum_squares;

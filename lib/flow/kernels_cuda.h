@@ -5,7 +5,10 @@
  * flow_cuda_<op>_<dir>(args..., flow_diag_t *diag, cudaStream_t stream) here
  * with the same arguments in the same order and the same meaning (fp32,
  * contiguous, row-major; forward overwrites; backward ACCUMULATES into every
- * gradient; optional gradients may be NULL).  Differences, all consistent:
+ * gradient; optional gradients may be NULL), and so has every bf16 twin
+ * (kernels.h, "bf16 activations"): its flow_bf16_t operands are device
+ * arrays of bf16, read exactly, computed on in fp32 and rounded once to
+ * nearest even where stored.  Differences, all consistent:
  * - Tensor pointers are DEVICE pointers.  Sizes, the flow_adamw_params_t and
  *   the pointer/count arrays of flow_cuda_clip_grad_norm are host memory.
  * - Launches can fail, so every kernel returns flow_err_t (FLOW_MUST_CHECK):
@@ -36,8 +39,10 @@
  * multiprocessor count or on timing; no float atomics are used.  cuBLAS is
  * run-to-run deterministic on one stream (cuBLAS documentation, "Results
  * reproducibility"); its math mode is left at CUBLAS_DEFAULT_MATH (true fp32,
- * no TF32).  Results match the CPU kernels to float rounding, not bit for bit:
- * the tolerances are documented in tests/gpu/test_cuda_kernels.c.
+ * no TF32).  Results match the CPU kernels to float rounding, not bit for bit
+ * (a bf16 result to one bf16 rounding where the fp32 sums behind it differ
+ * across a rounding boundary): the tolerances are documented in
+ * tests/gpu/test_cuda_kernels.c.
  *
  * Thread safety: every function may be called from any thread; a thread's
  * cuBLAS handles are its own.
@@ -115,6 +120,11 @@ FLOW_EXPORT flow_err_t flow_cuda_sync(cudaStream_t stream,
  * which, since both give a right answer. */
 FLOW_EXPORT void flow_cuda_matmul_epilogue_counts(uint64_t *fused,
 						  uint64_t *two_pass);
+/* Whether the calling thread's forward GEMMs may take cuBLASLt's
+ * epilogue (true, the default) or always run the separate passes (false:
+ * for the GPU test, which checks those passes too, though a GPU that
+ * serves every form never takes them). */
+FLOW_EXPORT void flow_cuda_matmul_use_epilogue(bool on);
 /* With a bias, one cuBLASLt GEMM that adds it in its epilogue, or, where
  * cuBLASLt has no algorithm for the form (or the bias is under-aligned),
  * cuBLAS sgemm and then a bias kernel; bias may be NULL (cuBLAS sgemm
@@ -136,21 +146,27 @@ FLOW_EXPORT flow_err_t flow_cuda_matmul_backward(float *dinp, float *dweight,
 						 flow_diag_t *diag,
 						 cudaStream_t stream) FLOW_MUST_CHECK;
 
-/* The matmul with bf16 GEMM operands (flow/kernels.h,
- * flow_matmul_bf16_forward_fn): inp, weight and dout rounded to bf16 in
- * scratch, cublasGemmEx with fp32 output and CUBLAS_COMPUTE_32F; bias and
- * dbias as above, from the fp32 tensors.  scratch holds
- * flow_cuda_matmul_bf16_scratch_bound() bytes of device memory. */
+/* The bf16 twins (flow/kernels.h, flow_matmul_bf16_forward_fn): the
+ * weight rounded to bf16 into scratch once per call, then the GEMMs on the
+ * bf16 activations in place, summed in fp32 (CUBLAS_COMPUTE_32F).
+ * Forward, one cuBLASLt GEMM writing bf16 out with the fp32 bias (and the
+ * GELU, below) in its epilogue; where cuBLASLt has no algorithm for that,
+ * the fp32 sums of a panel of rows at a time in scratch and one pass
+ * adding the bias, taking the GELU and rounding (the same arithmetic).
+ * Backward, dinp accumulated in bf16 by cublasGemmEx's beta = 1 (one
+ * rounding), dweight in fp32, dbias the column sums of the bf16 dout.
+ * scratch holds flow_cuda_matmul_bf16_scratch_bound() bytes of device
+ * memory: the rounded weight and that panel. */
 FLOW_EXPORT size_t flow_cuda_matmul_bf16_scratch_bound(size_t n, size_t in_dim,
 						       size_t out_dim);
 FLOW_EXPORT flow_err_t flow_cuda_matmul_bf16_forward(
-	float *out, void *scratch, const float *inp, const float *weight,
-	const float *bias, size_t n, size_t in_dim, size_t out_dim,
-	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+	flow_bf16_t *out, void *scratch, const flow_bf16_t *inp,
+	const float *weight, const float *bias, size_t n, size_t in_dim,
+	size_t out_dim, flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
 FLOW_EXPORT flow_err_t flow_cuda_matmul_bf16_backward(
-	float *dinp, float *dweight, float *dbias, void *scratch,
-	const float *dout, const float *inp, const float *weight, size_t n,
-	size_t in_dim, size_t out_dim, flow_diag_t *diag,
+	flow_bf16_t *dinp, float *dweight, float *dbias, void *scratch,
+	const flow_bf16_t *dout, const flow_bf16_t *inp, const float *weight,
+	size_t n, size_t in_dim, size_t out_dim, flow_diag_t *diag,
 	cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* cuBLAS's own sgemm in the row-major convention of these kernels, for
@@ -194,16 +210,29 @@ FLOW_EXPORT flow_err_t flow_cuda_layernorm_forward(float *out, float *mean,
 						   const float *bias, size_t n,
 						   size_t C, flow_diag_t *diag,
 						   cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_layernorm_bf16_forward(
+	flow_bf16_t *out, float *mean, float *rstd, const float *inp,
+	const float *weight, const float *bias, size_t n, size_t C,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
 /* res = a + b, then layernorm(res): the two kernels' bits in one pass. */
 FLOW_EXPORT flow_err_t flow_cuda_residual_layernorm_forward(
 	float *res, float *out, float *mean, float *rstd, const float *a,
 	const float *b, const float *weight, const float *bias, size_t n,
+	size_t C, flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_residual_layernorm_bf16_forward(
+	float *res, flow_bf16_t *out, float *mean, float *rstd, const float *a,
+	const flow_bf16_t *b, const float *weight, const float *bias, size_t n,
 	size_t C, flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
 /* layernorm_backward into dres, then residual_backward of dres into da and
  * db (each optional), in the dinp pass: the two kernels' bits. */
 FLOW_EXPORT flow_err_t flow_cuda_layernorm_residual_backward(
 	float *dres, float *da, float *db, float *dweight, float *dbias,
 	const float *dout, const float *res, const float *weight,
+	const float *mean, const float *rstd, size_t n, size_t C,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_layernorm_residual_bf16_backward(
+	float *dres, float *da, flow_bf16_t *db, float *dweight, float *dbias,
+	const flow_bf16_t *dout, const float *res, const float *weight,
 	const float *mean, const float *rstd, size_t n, size_t C,
 	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
 /* dinp, dweight, dbias are each optional. */
@@ -217,16 +246,28 @@ FLOW_EXPORT flow_err_t flow_cuda_layernorm_backward(float *dinp,
 						    const float *rstd, size_t n,
 						    size_t C, flow_diag_t *diag,
 						    cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_layernorm_bf16_backward(
+	float *dinp, float *dweight, float *dbias, const flow_bf16_t *dout,
+	const float *inp, const float *weight, const float *mean,
+	const float *rstd, size_t n, size_t C, flow_diag_t *diag,
+	cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* ---- GELU, tanh approximation -------------------------------------------- */
-/* matmul_forward (bf16: matmul_bf16_forward, scratch its) into pre and
- * the GELU of it into out, in one cuBLASLt GEMM with the GELU_AUX(_BIAS)
- * epilogue where it has an algorithm (flow/kernels.h,
- * matmul_gelu_forward), else the matmul and gelu kernels. */
+/* matmul_forward into pre and the GELU of it into out, in one cuBLASLt
+ * GEMM with the GELU_AUX(_BIAS) epilogue where it has an algorithm
+ * (flow/kernels.h, matmul_gelu_forward), else the matmul and gelu
+ * kernels.  The bf16 twin is matmul_bf16_forward's (above): pre and out
+ * rounded from the same fp32 sum, so out is the GELU of the unrounded
+ * pre. */
 FLOW_EXPORT flow_err_t flow_cuda_matmul_gelu_forward(
-	float *pre, float *out, void *scratch, bool bf16, const float *inp,
-	const float *weight, const float *bias, size_t n, size_t in_dim,
-	size_t out_dim, flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+	float *pre, float *out, const float *inp, const float *weight,
+	const float *bias, size_t n, size_t in_dim, size_t out_dim,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_matmul_gelu_bf16_forward(
+	flow_bf16_t *pre, flow_bf16_t *out, void *scratch,
+	const flow_bf16_t *inp, const float *weight, const float *bias,
+	size_t n, size_t in_dim, size_t out_dim, flow_diag_t *diag,
+	cudaStream_t stream) FLOW_MUST_CHECK;
 FLOW_EXPORT flow_err_t flow_cuda_gelu_forward(float *out, const float *inp,
 					      size_t n, flow_diag_t *diag,
 					      cudaStream_t stream) FLOW_MUST_CHECK;
@@ -234,12 +275,18 @@ FLOW_EXPORT flow_err_t flow_cuda_gelu_backward(float *dinp, const float *inp,
 					       const float *dout, size_t n,
 					       flow_diag_t *diag,
 					       cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_gelu_bf16_forward(
+	flow_bf16_t *out, const flow_bf16_t *inp, size_t n, flow_diag_t *diag,
+	cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_gelu_bf16_backward(
+	flow_bf16_t *dinp, const flow_bf16_t *inp, const flow_bf16_t *dout,
+	size_t n, flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* ---- causal multi-head self-attention ------------------------------------ */
 /* How the process's bf16 attention passes (forward and backward each
  * count one) ran so far: through cuDNN's fused attention, or the own
- * kernel; why_own is why cuDNN declined the first pass it declined (""
- * while every pass ran through it).  FLOW_CUDNN=0 in the environment
+ * kernel; why_own is why cuDNN was not used for the first pass it was not
+ * ("" while every pass ran through it).  FLOW_CUDNN=0 in the environment
  * turns cuDNN off for the process; fp32 passes always run the own
  * kernel. */
 FLOW_EXPORT void flow_cuda_attention_counts(uint64_t *cudnn, uint64_t *own,
@@ -262,30 +309,28 @@ FLOW_EXPORT flow_err_t flow_cuda_attention_cudnn_check(size_t B, size_t T,
 	FLOW_MUST_CHECK;
 /* As flow_cpu_attention_forward: lse (B,NH,T) is kept, the probabilities
  * of one batch row at a time live in scratch, device memory of at least
- * flow_cuda_attention_scratch_bound(.., bf16) bytes, 16-byte aligned.  In
- * bf16, cuDNN's fused attention runs it where it takes the sizes (see
- * flow_cuda_attention_counts). */
+ * flow_cuda_attention_scratch_bound(.., false) bytes, 16-byte aligned. */
 FLOW_EXPORT flow_err_t flow_cuda_attention_forward(float *out, float *lse,
-						   void *scratch, bool bf16,
+						   void *scratch,
 						   const float *qkv, size_t B,
 						   size_t T, size_t C,
 						   size_t NH,
 						   flow_diag_t *diag,
 						   cudaStream_t stream) FLOW_MUST_CHECK;
-/* Bytes of device scratch either pass needs in that precision (one batch
- * row's probabilities and their gradient in fp32, 8*NH*T*T; bf16 adds
- * their bf16 copies and the row's qkv and dout in bf16, 4*NH*T*T +
- * 8*T*C; in a build with cuDNN, bf16 covers the fused path too, the whole
- * batch's qkv, out, dout and dqkv in bf16 and a float per row, 16*B*T*C +
- * 4*B*NH*T, whichever is larger); 0 when that overflows size_t (then the
- * passes report FLOW_ERR_RANGE).  A pure function: no device is touched. */
+/* Bytes of device scratch either pass needs, of the fp32 kernels or
+ * (bf16) of their twins: one batch row's probabilities and their gradient
+ * in fp32, 8*NH*T*T, and for bf16 their bf16 copies, 4*NH*T*T more; in a
+ * build with cuDNN, bf16 covers the fused path too, the whole batch's
+ * dqkv in bf16 and a float per row, 6*B*T*C + 4*B*NH*T, whichever is
+ * larger; 0 when that overflows size_t (then the passes report
+ * FLOW_ERR_RANGE).  A pure function: no device is touched. */
 FLOW_EXPORT size_t flow_cuda_attention_scratch_bound(size_t B, size_t T,
 						     size_t C, size_t NH,
 						     bool bf16);
 /* dqkv += gradient, the probabilities recomputed from lse; scratch as
- * the forward pass's; out is the forward pass's output. */
+ * the forward pass's; out is the forward pass's output (not read). */
 FLOW_EXPORT flow_err_t flow_cuda_attention_backward(float *dqkv,
-						    void *scratch, bool bf16,
+						    void *scratch,
 						    const float *dout,
 						    const float *qkv,
 						    const float *lse,
@@ -294,6 +339,22 @@ FLOW_EXPORT flow_err_t flow_cuda_attention_backward(float *dqkv,
 						    size_t NH,
 						    flow_diag_t *diag,
 						    cudaStream_t stream) FLOW_MUST_CHECK;
+/* The bf16 twins: cuDNN's fused attention where it takes the sizes (see
+ * flow_cuda_attention_counts) on the bf16 tensors in place, its backward
+ * writing its gradient into scratch and adding it into dqkv (so dqkv is
+ * rounded twice, cuDNN's bf16 gradient and the sum); else the own kernel
+ * with bf16 products, P and dpre rounded where they multiply, out written
+ * and dqkv accumulated by the GEMMs (one rounding).  scratch holds
+ * flow_cuda_attention_scratch_bound(.., true) bytes. */
+FLOW_EXPORT flow_err_t flow_cuda_attention_bf16_forward(
+	flow_bf16_t *out, float *lse, void *scratch, const flow_bf16_t *qkv,
+	size_t B, size_t T, size_t C, size_t NH, flow_diag_t *diag,
+	cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_attention_bf16_backward(
+	flow_bf16_t *dqkv, void *scratch, const flow_bf16_t *dout,
+	const flow_bf16_t *qkv, const float *lse, const flow_bf16_t *out,
+	size_t B, size_t T, size_t C, size_t NH, flow_diag_t *diag,
+	cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* ---- residual add -------------------------------------------------------- */
 FLOW_EXPORT flow_err_t flow_cuda_residual_forward(float *out, const float *a,
@@ -305,6 +366,12 @@ FLOW_EXPORT flow_err_t flow_cuda_residual_backward(float *da, float *db,
 						   const float *dout, size_t n,
 						   flow_diag_t *diag,
 						   cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_residual_bf16_forward(
+	float *out, const float *a, const flow_bf16_t *b, size_t n,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_residual_bf16_backward(
+	float *da, flow_bf16_t *db, const float *dout, size_t n,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* ---- fused softmax cross-entropy ----------------------------------------- */
 /* As the CPU kernel; targets are device int32.  A row whose target is
@@ -326,6 +393,22 @@ FLOW_EXPORT flow_err_t flow_cuda_cross_entropy_split_finish(
 	float *losses, float *logits, const int32_t *targets, const float *max,
 	const float *sums, const flow_logits_shard_t *s, float dloss,
 	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+/* The bf16 twins of the four, over bf16 logits. */
+FLOW_EXPORT flow_err_t flow_cuda_cross_entropy_bf16_forward_backward(
+	float *losses, flow_bf16_t *logits, const int32_t *targets, size_t n,
+	size_t V, size_t Vp, float dloss, flow_diag_t *diag,
+	cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_cross_entropy_bf16_split_max(
+	float *max, const flow_bf16_t *logits, const flow_logits_shard_t *s,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_cross_entropy_bf16_split_sums(
+	float *sums, float *max, const float *gathered, size_t p,
+	const flow_bf16_t *logits, const flow_logits_shard_t *s,
+	flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
+FLOW_EXPORT flow_err_t flow_cuda_cross_entropy_bf16_split_finish(
+	float *losses, flow_bf16_t *logits, const int32_t *targets,
+	const float *max, const float *sums, const flow_logits_shard_t *s,
+	float dloss, flow_diag_t *diag, cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* ---- boxing -------------------------------------------------------------- */
 /* flow/kernels.h's box_move on device memory; the boxes are host memory,

@@ -10,21 +10,31 @@
  * Backward ops read what their forward op saved and ACCUMULATE into every
  * gradient output (flow/graph.h, "Gradient semantics").
  *
- * The ops (tensors are f32 unless marked i32; N = product of all but the
- * last dimension):
+ * Mixed precision.  The tensors marked "act" below are stored in the
+ * graph's act_dtype (flow/graph.h): f32, or bf16 for mixed precision.
+ * They are what GEMMs read and write: the layernorm's, matmul's, GELU's
+ * and attention's outputs, the logits, and (a gradient has its tensor's
+ * dtype) their gradients.  The residual stream (the embedding's and add's
+ * outputs) and its gradient, the statistics saved for backward, the
+ * losses, parameters and their gradients are always f32: sums that many
+ * small terms reach, kept as PyTorch's autocast keeps them.
+ *
+ * The ops (tensors are f32 unless marked i32 or act; N = product of all
+ * but the last dimension):
  *   embedding   in (tokens i32[B,T], wte[Vp,C], wpe[Tmax,C]), T <= Tmax
  *               out (out[B,T,C])
  *   layernorm   in (x[...,C], weight[C], bias[C])
- *               out (out[...,C], mean[N] saved, rstd[N] saved)
- *   matmul      in (x[...,I], weight[O,I], bias[O] optional)
- *               out (out[...,O])
- *   attention   in (qkv[B,T,3C]), attrs.heads divides C
- *               out (out[B,T,C], probs[B,NH,T,T] saved)
- *   gelu        in (x) out (out)
- *   add         in (a, b) same shape, out (out)
- *   cross_entropy  in (logits[...,Vp], targets i32[...]), attrs.vocab = V
- *               <= Vp; out (losses[N], dlogits[...,Vp] role GRAD, alias of
- *               logits).  Fused: the forward pass also writes the logits'
+ *               out (out act[...,C], mean[N] saved, rstd[N] saved)
+ *   matmul      in (x act[...,I], weight[O,I], bias[O] optional)
+ *               out (out act[...,O])
+ *   attention   in (qkv act[B,T,3C]), attrs.heads divides C
+ *               out (out act[B,T,C], lse[B,NH,T] saved)
+ *   gelu        in (x act) out (out act)
+ *   add         in (a, b act) same shape, out (out): a and out the
+ *               residual stream, b the branch
+ *   cross_entropy  in (logits act[...,Vp], targets i32[...]), attrs.vocab
+ *               = V <= Vp; out (losses[N], dlogits act[...,Vp] role GRAD,
+ *               alias of logits).  Fused: the forward pass also writes the logits'
  *               gradient in place (scaled by the executor's loss scale), so
  *               the loss is the root of the backward pass and the logits
  *               are never held twice.  Its gradient rule appends no op: it

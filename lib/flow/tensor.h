@@ -60,6 +60,27 @@ static inline float flow_round_bf16(float x)
 	memcpy(&x, &u, sizeof(x));
 	return x;
 }
+/* A bfloat16 as stored: the high half of an fp32's bits (the bits
+ * flow_f32_to_bf16 gives).  The bf16 activations of mixed precision
+ * (flow/kernels.h) are arrays of these. */
+typedef uint16_t flow_bf16_t;
+/* Inline and branch-free twins of flow_bf16_to_f32 and flow_f32_to_bf16,
+ * for kernels' loops: the exact value of h, and x rounded to nearest
+ * even. */
+static inline float flow_bf16_widen(flow_bf16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float x;
+	memcpy(&x, &u, sizeof(x));
+	return x;
+}
+static inline flow_bf16_t flow_bf16_narrow(float x)
+{
+	uint32_t u;
+	x = flow_round_bf16(x);
+	memcpy(&u, &x, sizeof(u));
+	return (flow_bf16_t)(u >> 16);
+}
 FLOW_EXPORT uint16_t flow_f32_to_f16(float x);
 FLOW_EXPORT float flow_f16_to_f32(uint16_t x);
 

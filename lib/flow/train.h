@@ -28,11 +28,13 @@ extern "C" {
 
 /* The arithmetic of a run.  fp32: every tensor and every GEMM in true
  * fp32 (no TF32 on a GPU), comparable with the CPU to float rounding.
- * bf16: every matmul's GEMM operands rounded to bf16 with fp32
- * accumulation (flow_exec_set_bf16_gemms): tensor cores on a GPU, the
- * same sums emulated on the CPU (slower than fp32 there: for checking a
- * GPU run); fp32 master weights, gradients and AdamW state, which is what
- * a checkpoint holds either way. */
+ * bf16 (mixed precision): the activations that GEMMs read and write, and
+ * their gradients, stored in bf16 (flow/ops.h says which; the graph's
+ * act_dtype), every GEMM on bf16 operands with fp32 accumulation: tensor
+ * cores on a GPU, the same sums on the CPU (slower than fp32 there: for
+ * checking a GPU run); the residual stream, fp32 master weights,
+ * gradients and AdamW state stay fp32, and a checkpoint holds the same
+ * either way. */
 typedef enum {
 	FLOW_PRECISION_FP32 = 0,
 	FLOW_PRECISION_BF16 = 1,
@@ -40,6 +42,9 @@ typedef enum {
 
 /* "fp32", "bf16". */
 FLOW_EXPORT const char *flow_precision_name(flow_precision_t p);
+/* The dtype a graph trained in precision p keeps its activations in
+ * (flow_graph_set_act_dtype): f32 or bf16. */
+FLOW_EXPORT flow_dtype_t flow_precision_act_dtype(flow_precision_t p);
 /* "fp32" or "bf16" into *out; FLOW_ERR_USAGE naming the text otherwise. */
 FLOW_EXPORT flow_err_t flow_precision_parse(const char *text,
 					    flow_precision_t *out,

@@ -34,6 +34,23 @@ void flow_graph_init(flow_graph_t *g)
 	g->loss = -1;
 }
 
+flow_err_t flow_graph_set_act_dtype(flow_graph_t *g, flow_dtype_t dtype,
+				    flow_diag_t *diag)
+{
+	if (dtype != FLOW_DTYPE_F32 && dtype != FLOW_DTYPE_BF16)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "activations in %s: only f32 and bf16 are "
+				     "supported",
+				     flow_dtype_name(dtype) ?
+					     flow_dtype_name(dtype) : "an unknown dtype");
+	if (g->nops > 0)
+		return flow_diag_set(diag, FLOW_ERR_USAGE,
+				     "the activations' dtype is set before "
+				     "the graph's first op");
+	g->act_dtype = dtype;
+	return FLOW_OK;
+}
+
 void flow_graph_release(flow_graph_t *g)
 {
 	if (!g)

@@ -21,7 +21,7 @@ static flow_err_t add_infer(const flow_graph_t *g, const flow_graph_op_t *op,
 		return flow_op_mismatch(g, op, B, A, diag, "%s",
 					flow_shape_text(a).s);
 	shapes_out[0] = *a;
-	dtypes_out[0] = FLOW_DTYPE_F32;
+	dtypes_out[0] = FLOW_DTYPE_F32; /* the residual stream */
 	return FLOW_OK;
 }
 
@@ -121,6 +121,7 @@ const flow_op_info_t flow_op_add_info = {
 		.scratch = flow_op_no_scratch,
 	},
 	.sig = &add_sig,
+	.act_in = 1u << B, /* the branch: a matmul's output */
 };
 
 const flow_op_info_t flow_op_add_backward_info = {

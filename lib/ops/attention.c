@@ -39,7 +39,8 @@ static flow_err_t attention_infer(const flow_graph_t *g,
 				     op->name, NH, (long long)C);
 	shapes_out[OUT] = (flow_shape_t){ .ndim = 3, .dims = { B, T, C } };
 	shapes_out[LSE] = (flow_shape_t){ .ndim = 3, .dims = { B, NH, T } };
-	dtypes_out[OUT] = dtypes_out[LSE] = FLOW_DTYPE_F32;
+	dtypes_out[OUT] = g->act_dtype;
+	dtypes_out[LSE] = FLOW_DTYPE_F32;
 	return FLOW_OK;
 }
 
@@ -67,8 +68,9 @@ static double attention_backward_flops(const flow_graph_t *g,
 }
 
 /* One batch row's probabilities and their gradient, (2,NH,T,T) in f32,
- * and for bf16 the row's qkv and dout rounded, (4,T,C) counted as f32:
- * the CPU set's bf16 figure, which covers either pass and precision.  The
+ * and for bf16 the row's qkv, out or dout, and dqkv widened, (7,T,C) in
+ * f32: the CPU set's bf16 figure, which covers either pass and precision.
+ * The
  * executor asks its kernel set for its own, in the run's precision (the
  * reference set keeps doubles, the CUDA set bf16 copies of the
  * probabilities too). */
@@ -78,7 +80,7 @@ static size_t attention_rows_scratch(const flow_graph_t *g,
 	const flow_shape_t *qkv = flow_op_in_shape(g, fwd, 0);
 	size_t T = (size_t)qkv->dims[1], C = (size_t)qkv->dims[2] / 3;
 
-	return (2 * fwd->attrs.heads * T * T + 4 * T * C) * sizeof(float);
+	return (2 * fwd->attrs.heads * T * T + 7 * T * C) * sizeof(float);
 }
 
 static size_t attention_backward_scratch(const flow_graph_t *g,
@@ -217,6 +219,7 @@ const flow_op_info_t flow_op_attention_info = {
 		.scratch = attention_rows_scratch,
 	},
 	.sig = &attention_sig,
+	.act_in = 1u << 0,
 	.saved_out = 1u << LSE,
 	.nsaved = 3,
 	.saved = { FLOW_OP_FWD_IN(0), FLOW_OP_FWD_OUT(LSE),

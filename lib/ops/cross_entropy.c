@@ -49,7 +49,8 @@ static flow_err_t cross_entropy_infer(const flow_graph_t *g,
 	shapes_out[LOSSES] = (flow_shape_t){
 		.ndim = 1, .dims = { (int64_t)flow_shape_rows(x) } };
 	shapes_out[DLOGITS] = *x;
-	dtypes_out[LOSSES] = dtypes_out[DLOGITS] = FLOW_DTYPE_F32;
+	dtypes_out[LOSSES] = FLOW_DTYPE_F32;
+	dtypes_out[DLOGITS] = logits->dtype;
 	return FLOW_OK;
 }
 
@@ -185,5 +186,6 @@ const flow_op_info_t flow_op_cross_entropy_info = {
 	},
 	.sig = &cross_entropy_sig,
 	.i32_in = 1u << TARGETS,
+	.act_in = 1u << LOGITS,
 	.inplace_grad_out = 1u << DLOGITS,
 };

@@ -14,7 +14,7 @@ static flow_err_t gelu_infer(const flow_graph_t *g, const flow_graph_op_t *op,
 	if (err != FLOW_OK)
 		return err;
 	shapes_out[0] = *flow_op_in_shape(g, op, 0);
-	dtypes_out[0] = FLOW_DTYPE_F32;
+	dtypes_out[0] = g->act_dtype;
 	return FLOW_OK;
 }
 
@@ -105,6 +105,7 @@ const flow_op_info_t flow_op_gelu_info = {
 		.scratch = flow_op_no_scratch,
 	},
 	.sig = &gelu_sig,
+	.act_in = 1u << 0,
 	.nsaved = 1,
 	.saved = { FLOW_OP_FWD_IN(0) },
 };

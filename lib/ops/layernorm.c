@@ -34,7 +34,8 @@ static flow_err_t layernorm_infer(const flow_graph_t *g,
 	shapes_out[MEAN] = (flow_shape_t){
 		.ndim = 1, .dims = { (int64_t)flow_shape_rows(x) } };
 	shapes_out[RSTD] = shapes_out[MEAN];
-	dtypes_out[OUT] = dtypes_out[MEAN] = dtypes_out[RSTD] = FLOW_DTYPE_F32;
+	dtypes_out[OUT] = g->act_dtype;
+	dtypes_out[MEAN] = dtypes_out[RSTD] = FLOW_DTYPE_F32;
 	return FLOW_OK;
 }
 

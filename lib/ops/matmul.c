@@ -34,7 +34,7 @@ static flow_err_t matmul_infer(const flow_graph_t *g, const flow_graph_op_t *op,
 	}
 	shapes_out[0] = *x;
 	shapes_out[0].dims[x->ndim - 1] = out_dim;
-	dtypes_out[0] = FLOW_DTYPE_F32;
+	dtypes_out[0] = g->act_dtype;
 	return FLOW_OK;
 }
 
@@ -203,6 +203,7 @@ const flow_op_info_t flow_op_matmul_info = {
 		.scratch = flow_op_no_scratch,
 	},
 	.sig = &matmul_sig,
+	.act_in = 1u << X,
 	.nsaved = 2,
 	.saved = { FLOW_OP_FWD_IN(X), FLOW_OP_FWD_IN(WEIGHT) },
 };

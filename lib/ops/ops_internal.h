@@ -27,8 +27,10 @@ typedef struct flow_op_info {
 	flow_op_def_t def;
 	const struct flow_sig_op *sig; /* NULL: no signatures (boxing, whose
 					* layouts the localizer chooses) */
-	uint32_t i32_in;      /* bit i: input i holds token ids (i32);
-			       * every other input is f32 */
+	uint32_t i32_in;      /* bit i: input i holds token ids (i32) */
+	uint32_t act_in;      /* bit i: input i is an activation in the
+			       * graph's act_dtype (f32 or bf16); every
+			       * other input is f32 */
 	uint32_t saved_out;   /* bit i: output i is a forward by-product
 			       * kept for backward (role SAVED) */
 	uint32_t inplace_grad_out; /* bit i: output i is input 0's gradient,
@@ -92,7 +94,7 @@ flow_shape_text_t flow_shape_text(const flow_shape_t *shape);
 
 /* The first check of every forward shape rule: each input index is a
  * tensor of g, or -1 where the input is optional, and has the dtype the
- * op reads (i32_in). */
+ * op reads (i32_in, act_in). */
 flow_err_t flow_op_check_inputs(const flow_graph_t *g,
 				const flow_graph_op_t *op, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
@@ -131,8 +133,9 @@ size_t flow_op_no_scratch(const flow_graph_t *g, const flow_graph_op_t *op);
 flow_err_t flow_op_backward_rule(flow_graph_t *g, int op, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
 
-/* The shape rule of every backward op: dout has the shape of the forward
- * op's first output, each gradient the shape of its forward input. */
+/* The shape rule of every backward op: dout has the shape and dtype of
+ * the forward op's first output, each gradient the shape and dtype of its
+ * forward input. */
 flow_err_t flow_op_backward_infer(const flow_graph_t *g,
 				  const flow_graph_op_t *op,
 				  flow_shape_t shapes_out[FLOW_OP_MAX_IO],

@@ -140,6 +140,7 @@ flow_err_t flow_op_check_inputs(const flow_graph_t *g,
 					     "tensor of the graph",
 					     op->name, what, t);
 		flow_dtype_t want = (info->i32_in >> i & 1) ? FLOW_DTYPE_I32 :
+				    (info->act_in >> i & 1) ? g->act_dtype :
 							      FLOW_DTYPE_F32;
 		if (g->tensors[t].dtype != want)
 			return flow_diag_set(diag, FLOW_ERR_USAGE,
@@ -263,20 +264,23 @@ flow_err_t flow_op_backward_infer(const flow_graph_t *g,
 					     "tensor of the graph",
 					     op->name, def->in_names[i],
 					     op->in[i]);
-	const flow_shape_t *dout = flow_op_in_shape(g, op, 0);
-	const flow_shape_t *y = &g->tensors[f->out[0]].shape;
-	if (!flow_shape_equal(dout, y))
+	const flow_graph_tensor_t *dout = &g->tensors[op->in[0]];
+	const flow_graph_tensor_t *y = &g->tensors[f->out[0]];
+	if (!flow_shape_equal(&dout->shape, &y->shape) ||
+	    dout->dtype != y->dtype)
 		return flow_diag_set(diag, FLOW_ERR_USAGE,
-				     "%s: dout %s does not match the output "
-				     "%s of %s",
-				     op->name, flow_shape_text(dout).s,
-				     flow_shape_text(y).s, f->name);
+				     "%s: dout %s %s does not match the "
+				     "output %s %s of %s",
+				     op->name, flow_dtype_name(dout->dtype),
+				     flow_shape_text(&dout->shape).s,
+				     flow_dtype_name(y->dtype),
+				     flow_shape_text(&y->shape).s, f->name);
 	for (int i = 0; i < def->nout; i++) {
 		int x = f->in[finfo->grad_in_first + i];
 		flow_shape_t none = { 0 };
 
 		shapes_out[i] = x >= 0 ? g->tensors[x].shape : none;
-		dtypes_out[i] = FLOW_DTYPE_F32;
+		dtypes_out[i] = x >= 0 ? g->tensors[x].dtype : FLOW_DTYPE_F32;
 	}
 	return FLOW_OK;
 }

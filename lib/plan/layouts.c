@@ -408,7 +408,8 @@ flow_err_t flow_plan_standard(const char *model, const char *mesh,
 	if ((err = standard_mesh(mesh, axes, &p->mesh, &c.r.dp, &c.r.tp,
 				 diag)) ||
 	    (err = standard_args(p, model, c.r.dp, T, zero, diag)) ||
-	    (err = plan_graph_build(&p->cfg, B, p->seq_len, &g, diag)))
+	    (err = plan_graph_build(&p->cfg, B, p->seq_len, p->precision, &g,
+				    diag)))
 		goto out_free_plan;
 	c.r.g = &g;
 	c.r.mesh = &p->mesh;

@@ -313,6 +313,7 @@ flow_err_t flow_local_build(const flow_plan_t *plan, const flow_graph_t *global,
 
 	memset(l, 0, sizeof *l);
 	flow_graph_init(&l->graph);
+	l->graph.act_dtype = global->act_dtype; /* before any op: no check */
 	l->index = index;
 	if (plan->nops != global->nops)
 		return flow_diag_set(diag, FLOW_ERR_FORMAT,

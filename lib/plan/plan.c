@@ -573,12 +573,16 @@ void plan_assign_lines(flow_plan_t *p)
 /* ---- the graph a plan describes ------------------------------------------ */
 
 flow_err_t plan_graph_build(const flow_gpt_config_t *cfg, uint32_t B,
-			    uint32_t T, flow_graph_t *g, flow_diag_t *diag)
+			    uint32_t T, const char *precision,
+			    flow_graph_t *g, flow_diag_t *diag)
 {
+	flow_dtype_t act = strcmp(precision, "bf16") == 0 ? FLOW_DTYPE_BF16 :
+							    FLOW_DTYPE_F32;
 	flow_err_t err;
 
 	flow_graph_init(g);
-	if ((err = flow_gpt_build(cfg, B, T, g, diag)) ||
+	if ((err = flow_graph_set_act_dtype(g, act, diag)) ||
+	    (err = flow_gpt_build(cfg, B, T, g, diag)) ||
 	    (err = flow_graph_backward(g, diag)))
 		flow_graph_release(g);
 	return err;

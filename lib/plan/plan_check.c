@@ -78,7 +78,8 @@ static flow_err_t check_header(checker_t *c, int64_t world)
 	if (p->seq_len > p->cfg.seq)
 		return at(c, p->line_seq_len, "seq-len %" PRIu32 " is more "
 			  "than the model's %" PRIu32, p->seq_len, p->cfg.seq);
-	if (plan_graph_build(&p->cfg, p->batch, p->seq_len, &c->g, &local))
+	if (plan_graph_build(&p->cfg, p->batch, p->seq_len, p->precision,
+			     &c->g, &local))
 		return at(c, p->line_model, "%s", local.msg);
 	return FLOW_OK;
 }

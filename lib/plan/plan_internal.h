@@ -43,13 +43,15 @@ void plan_scope_name(const flow_gpt_config_t *cfg, size_t i, char *buf,
  * printed form. */
 void plan_assign_lines(flow_plan_t *p);
 
-/* The training graph of cfg at batch B and sequence length T: the model
- * (flow_gpt_build) and its backward pass (flow_graph_backward).  On
- * FLOW_OK *g is initialised and filled (release with
- * flow_graph_release); on error it is released, and diag has the
- * builder's message. */
+/* The training graph of cfg at batch B and sequence length T in a plan's
+ * precision record ("bf16": bf16 activations, flow/ops.h; "fp32" or
+ * unsaid: f32): the model (flow_gpt_build) and its backward pass
+ * (flow_graph_backward).  On FLOW_OK *g is initialised and filled
+ * (release with flow_graph_release); on error it is released, and diag
+ * has the builder's message. */
 flow_err_t plan_graph_build(const flow_gpt_config_t *cfg, uint32_t B,
-			    uint32_t T, flow_graph_t *g, flow_diag_t *diag)
+			    uint32_t T, const char *precision,
+			    flow_graph_t *g, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
 
 #endif

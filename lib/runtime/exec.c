@@ -156,23 +156,51 @@ static void exec_op_dims(const flow_graph_t *g, const flow_graph_op_t *op,
 	}
 }
 
+bool flow_exec_op_bf16(const flow_graph_t *g, const flow_graph_op_t *op)
+{
+	const flow_graph_op_t *f = op->forward >= 0 ? flow_op_forward_of(g, op) :
+						      op;
+	int t;
+
+	switch (f->kind) {
+	case FLOW_OP_LAYERNORM:
+	case FLOW_OP_MATMUL:
+	case FLOW_OP_GELU:
+		t = f->out[0];
+		break;
+	case FLOW_OP_ATTENTION:
+	case FLOW_OP_CROSS_ENTROPY:
+		t = f->in[0];
+		break;
+	case FLOW_OP_ADD: /* the branch; the residual stream is fp32 */
+		t = f->in[1];
+		break;
+	default: /* the embedding writes the residual stream; the boxing
+		  * moves any dtype */
+		return false;
+	}
+	return t >= 0 && g->tensors[t].dtype == FLOW_DTYPE_BF16;
+}
+
 /* Bytes of scratch op needs from this kernel set: attention, forward and
- * backward, for a batch row's probabilities, and every matmul with bf16
- * GEMMs, for its rounded operands; each set says how much (the reference
- * attention keeps doubles), so not the op definition's f32 figure. */
+ * backward, for a batch row's probabilities, and every bf16 matmul, for
+ * its rounded weight (and on the host, its widened rows); each set says
+ * how much (the reference attention keeps doubles), so not the op
+ * definition's f32 figure. */
 static size_t exec_op_scratch(const flow_exec_t *x, const flow_graph_op_t *op)
 {
 	size_t d[DIM_COUNT];
+	bool bf16 = flow_exec_op_bf16(x->g, op);
 
 	switch (op->kind) {
 	case FLOW_OP_ATTENTION:
 	case FLOW_OP_ATTENTION_BACKWARD:
 		exec_op_dims(x->g, op, d);
 		return x->kernels->attention_scratch_bound(
-			d[DIM_B], d[DIM_T], d[DIM_C], d[DIM_NH], x->bf16_gemms);
+			d[DIM_B], d[DIM_T], d[DIM_C], d[DIM_NH], bf16);
 	case FLOW_OP_MATMUL:
 	case FLOW_OP_MATMUL_BACKWARD:
-		if (!x->bf16_gemms)
+		if (!bf16)
 			return 0;
 		exec_op_dims(x->g, op, d);
 		return x->kernels->matmul_bf16_scratch_bound(d[DIM_N], d[DIM_IN],
@@ -299,6 +327,7 @@ static flow_err_t exec_prepare_ops(flow_exec_t *x, flow_diag_t *diag)
 		exec_op_dims(g, op, o->dim);
 		o->flops = def->flops(g, op);
 		o->fuse_next = flow_graph_fused_with_next(g, i);
+		o->bf16 = flow_exec_op_bf16(g, op);
 		x->step_flops += o->flops;
 	}
 	free(seen);
@@ -459,25 +488,6 @@ void flow_exec_set_loss_scale(flow_exec_t *x, float scale)
 	x->loss_scale = scale;
 }
 
-flow_err_t flow_exec_set_bf16_gemms(flow_exec_t *x, bool on, flow_diag_t *diag)
-{
-	x->bf16_gemms = on;
-	size_t need = exec_scratch_bytes(x);
-	if (need <= x->scratch_bytes)
-		return FLOW_OK;
-	void *scratch = x->storage->alloc(need);
-	if (!scratch) {
-		x->bf16_gemms = !on;
-		return flow_diag_set(diag, FLOW_ERR_NOMEM,
-				     "out of memory for %zu bytes of bf16 "
-				     "matmul scratch", need);
-	}
-	x->storage->free(x->scratch);
-	x->scratch = scratch;
-	x->scratch_bytes = need;
-	return FLOW_OK;
-}
-
 /* ---- parameters ---------------------------------------------------------------- */
 
 /* Fill the run [first, first + n) of logical tensor p's row-major
@@ -593,12 +603,24 @@ void flow_exec_zero_param_grads(flow_exec_t *x)
 
 /* ---- running ---------------------------------------------------------------------- */
 
+/* Call the bf16 twin when bf16, else the fp32 kernel, with the same
+ * arguments (the executor's void pointers fit either). */
+#define TWIN(bf16, twin, fp32, ...)      \
+	do {                             \
+		if (bf16)                \
+			twin(__VA_ARGS__); \
+		else                     \
+			fp32(__VA_ARGS__); \
+	} while (0)
+
+/* Op o's kernel, its bf16 twin when its activations are bf16 (o->bf16). */
 static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o,
 			      const flow_graph_op_t *op)
 {
 	const flow_kernels_t *k = x->kernels;
 	const size_t *d = o->dim;
 	void *const *in = o->in, *const *out = o->out;
+	const bool bf16 = o->bf16;
 
 	if (o->kind == FLOW_OP_BOXING ||
 	    (o->kind == FLOW_OP_CROSS_ENTROPY && o->attrs->split_axes))
@@ -615,15 +637,17 @@ static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o,
 				      d[DIM_B], d[DIM_T], d[DIM_C]);
 		break;
 	case FLOW_OP_LAYERNORM:
-		k->layernorm_forward(out[0], out[1], out[2], in[0], in[1],
-				     in[2], d[DIM_N], d[DIM_C]);
+		TWIN(bf16, k->layernorm_bf16_forward, k->layernorm_forward,
+			out[0], out[1], out[2], in[0], in[1], in[2], d[DIM_N],
+			d[DIM_C]);
 		break;
 	case FLOW_OP_LAYERNORM_BACKWARD:
-		k->layernorm_backward(out[0], out[1], out[2], in[0], in[1],
-				      in[2], in[3], in[4], d[DIM_N], d[DIM_C]);
+		TWIN(bf16, k->layernorm_bf16_backward, k->layernorm_backward,
+			out[0], out[1], out[2], in[0], in[1], in[2], in[3],
+			in[4], d[DIM_N], d[DIM_C]);
 		break;
 	case FLOW_OP_MATMUL:
-		if (x->bf16_gemms)
+		if (bf16)
 			k->matmul_bf16_forward(out[0], x->scratch, in[0], in[1],
 					       in[2], d[DIM_N], d[DIM_IN],
 					       d[DIM_OUT]);
@@ -632,7 +656,7 @@ static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o,
 					  d[DIM_IN], d[DIM_OUT]);
 		break;
 	case FLOW_OP_MATMUL_BACKWARD:
-		if (x->bf16_gemms)
+		if (bf16)
 			k->matmul_bf16_backward(out[0], out[1], out[2],
 						x->scratch, in[0], in[1], in[2],
 						d[DIM_N], d[DIM_IN],
@@ -643,31 +667,35 @@ static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o,
 					   d[DIM_OUT]);
 		break;
 	case FLOW_OP_ATTENTION:
-		k->attention_forward(out[0], out[1], x->scratch, x->bf16_gemms,
-				     in[0], d[DIM_B], d[DIM_T], d[DIM_C],
-				     d[DIM_NH]);
+		TWIN(bf16, k->attention_bf16_forward, k->attention_forward,
+			out[0], out[1], x->scratch, in[0], d[DIM_B], d[DIM_T],
+			d[DIM_C], d[DIM_NH]);
 		break;
 	case FLOW_OP_ATTENTION_BACKWARD:
-		k->attention_backward(out[0], x->scratch, x->bf16_gemms, in[0],
-				      in[1], in[2], in[3], d[DIM_B], d[DIM_T],
-				      d[DIM_C], d[DIM_NH]);
+		TWIN(bf16, k->attention_bf16_backward, k->attention_backward,
+			out[0], x->scratch, in[0], in[1], in[2], in[3],
+			d[DIM_B], d[DIM_T], d[DIM_C], d[DIM_NH]);
 		break;
 	case FLOW_OP_GELU:
-		k->gelu_forward(out[0], in[0], d[DIM_N]);
+		TWIN(bf16, k->gelu_bf16_forward, k->gelu_forward, out[0], in[0],
+			d[DIM_N]);
 		break;
 	case FLOW_OP_GELU_BACKWARD: /* (dinp, inp, dout): x is in[1] */
-		k->gelu_backward(out[0], in[1], in[0], d[DIM_N]);
+		TWIN(bf16, k->gelu_bf16_backward, k->gelu_backward, out[0],
+			in[1], in[0], d[DIM_N]);
 		break;
 	case FLOW_OP_ADD:
-		k->residual_forward(out[0], in[0], in[1], d[DIM_N]);
+		TWIN(bf16, k->residual_bf16_forward, k->residual_forward,
+			out[0], in[0], in[1], d[DIM_N]);
 		break;
 	case FLOW_OP_ADD_BACKWARD:
-		k->residual_backward(out[0], out[1], in[0], d[DIM_N]);
+		TWIN(bf16, k->residual_bf16_backward, k->residual_backward,
+			out[0], out[1], in[0], d[DIM_N]);
 		break;
 	case FLOW_OP_CROSS_ENTROPY: /* losses, and dlogits over the logits */
-		k->cross_entropy_forward_backward(out[0], in[0], in[1],
-						  d[DIM_N], d[DIM_V], d[DIM_VP],
-						  x->loss_scale);
+		TWIN(bf16, k->cross_entropy_bf16_forward_backward,
+			k->cross_entropy_forward_backward, out[0], in[0], in[1],
+			d[DIM_N], d[DIM_V], d[DIM_VP], x->loss_scale);
 		break;
 	case FLOW_OP_BOXING: /* handled above */
 		break;
@@ -701,21 +729,30 @@ static double now_seconds(void)
  * outputs while it still reads o's tensors. */
 static void exec_fused(flow_exec_t *x, const exec_op_t *o, const exec_op_t *next)
 {
-	if (o->kind == FLOW_OP_MATMUL) /* next: the GELU of its output */
-		x->kernels->matmul_gelu_forward(
-			o->out[0], next->out[0], x->scratch, x->bf16_gemms,
-			o->in[0], o->in[1], o->in[2], o->dim[DIM_N],
-			o->dim[DIM_IN], o->dim[DIM_OUT]);
+	const flow_kernels_t *k = x->kernels;
+	const bool bf16 = o->bf16;
+
+	if (o->kind == FLOW_OP_MATMUL && bf16) /* next: the GELU of its out */
+		k->matmul_gelu_bf16_forward(o->out[0], next->out[0],
+					    x->scratch, o->in[0], o->in[1],
+					    o->in[2], o->dim[DIM_N],
+					    o->dim[DIM_IN], o->dim[DIM_OUT]);
+	else if (o->kind == FLOW_OP_MATMUL)
+		k->matmul_gelu_forward(o->out[0], next->out[0], o->in[0],
+				       o->in[1], o->in[2], o->dim[DIM_N],
+				       o->dim[DIM_IN], o->dim[DIM_OUT]);
 	else if (o->kind == FLOW_OP_ADD) /* next: the layernorm of its output */
-		x->kernels->residual_layernorm_forward(
-			next->in[0], next->out[0], next->out[1], next->out[2],
-			o->in[0], o->in[1], next->in[1], next->in[2],
-			next->dim[DIM_N], next->dim[DIM_C]);
+		TWIN(bf16, k->residual_layernorm_bf16_forward,
+			k->residual_layernorm_forward, next->in[0],
+			next->out[0], next->out[1], next->out[2], o->in[0],
+			o->in[1], next->in[1], next->in[2], next->dim[DIM_N],
+			next->dim[DIM_C]);
 	else /* o: layernorm backward; next: the add's, of o's dinp */
-		x->kernels->layernorm_residual_backward(
-			o->out[0], next->out[0], next->out[1], o->out[1],
-			o->out[2], o->in[0], o->in[1], o->in[2], o->in[3],
-			o->in[4], o->dim[DIM_N], o->dim[DIM_C]);
+		TWIN(bf16, k->layernorm_residual_bf16_backward,
+			k->layernorm_residual_backward, o->out[0], next->out[0],
+			next->out[1], o->out[1], o->out[2], o->in[0], o->in[1],
+			o->in[2], o->in[3], o->in[4], o->dim[DIM_N],
+			o->dim[DIM_C]);
 }
 
 /* Run ops [begin, end), leaving the last of them in flight on a device

@@ -73,7 +73,10 @@ static flow_err_t ce_split(flow_exec_t *x, const exec_op_t *o,
 		return flow_diag_set(&x->diag, FLOW_ERR_NOMEM, "out of memory");
 	for (int r = 0; r < p; r++)
 		counts[r] = N;
-	k->cross_entropy_split_max(max, logits, &s);
+	if (o->bf16)
+		k->cross_entropy_bf16_split_max(max, o->in[0], &s);
+	else
+		k->cross_entropy_split_max(max, logits, &s);
 	/* Each collective runs on a stream of its own: the kernels that
 	 * wrote what it reads are waited for. */
 	flow_err_t err = flow_kernels_wait(k, &x->diag);
@@ -83,13 +86,22 @@ static flow_err_t ce_split(flow_exec_t *x, const exec_op_t *o,
 	free(counts);
 	if (err != FLOW_OK)
 		return err;
-	k->cross_entropy_split_sums(sums, max, gathered, (size_t)p, logits, &s);
+	if (o->bf16)
+		k->cross_entropy_bf16_split_sums(sums, max, gathered, (size_t)p,
+						 o->in[0], &s);
+	else
+		k->cross_entropy_split_sums(sums, max, gathered, (size_t)p,
+					    logits, &s);
 	if ((err = flow_kernels_wait(k, &x->diag)) != FLOW_OK ||
 	    (err = flow_all_reduce(comm, sums, sums, N, FLOW_DTYPE_F32,
 				   &x->diag)) != FLOW_OK)
 		return err;
-	k->cross_entropy_split_finish(losses, logits, targets, max, sums, &s,
-				      x->loss_scale);
+	if (o->bf16)
+		k->cross_entropy_bf16_split_finish(losses, o->in[0], targets, max,
+						   sums, &s, x->loss_scale);
+	else
+		k->cross_entropy_split_finish(losses, logits, targets, max,
+					      sums, &s, x->loss_scale);
 	return FLOW_OK;
 }
 

@@ -33,6 +33,9 @@ typedef struct exec_op {
 	/* This op and the next run as one kernel (a residual add and its
 	 * layernorm, forward or backward: flow_graph_fused_with_next). */
 	bool fuse_next;
+	/* Its activations are bf16: it runs the kernels' bf16 twins
+	 * (exec_op_bf16). */
+	bool bf16;
 } exec_op_t;
 
 /* An activation gradient cleared before the first op accumulating into
@@ -55,7 +58,6 @@ struct flow_exec {
 	flow_memplan_t plan;
 	void *params, *param_grads, *inputs, *arena, *scratch;
 	size_t param_bytes, grad_bytes, scratch_bytes;
-	bool bf16_gemms;     /* flow_exec_set_bf16_gemms */
 	void **ptr;          /* per tensor */
 	exec_op_t *ops;
 	exec_zero_t *zeros;
@@ -78,6 +80,11 @@ struct flow_exec {
 	size_t dist_scratch_n;
 	const flow_exec_storage_t *dist_storage; /* the comms' storage */
 };
+
+/* Whether op runs the bf16 twins of its kernels (flow/kernels.h): its
+ * activations are bf16, as the dtype of the tensor that says so for its
+ * kind (the forward op's, for a backward op) is. */
+bool flow_exec_op_bf16(const flow_graph_t *g, const flow_graph_op_t *op);
 
 /* Run op o of a localized graph that talks to other ranks (boxing; the
  * cross-entropy split over mesh axes), its tensors in the memory the

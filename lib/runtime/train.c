@@ -193,8 +193,11 @@ static flow_err_t trainer_build_local(flow_trainer_t *t, flow_diag_t *diag)
 	const flow_train_config_t *c = &t->cfg;
 	flow_graph_t global;
 	flow_graph_init(&global);
-	flow_err_t err = flow_gpt_build(&c->model, c->batch, c->seq_len,
-					&global, diag);
+	flow_err_t err = flow_graph_set_act_dtype(
+		&global, flow_precision_act_dtype(c->precision), diag);
+	if (err == FLOW_OK)
+		err = flow_gpt_build(&c->model, c->batch, c->seq_len, &global,
+				     diag);
 	if (err == FLOW_OK)
 		err = flow_graph_backward(&global, diag);
 	int64_t index = flow_mesh_index_of(
@@ -243,17 +246,17 @@ static flow_err_t trainer_build(flow_trainer_t *t, flow_diag_t *diag)
 	if (plan_localized(c->plan)) {
 		err = trainer_build_local(t, diag);
 	} else {
-		err = flow_gpt_build(&c->model, t->local_batch, c->seq_len,
-				     &t->graph, diag);
+		err = flow_graph_set_act_dtype(
+			&t->graph, flow_precision_act_dtype(c->precision), diag);
+		if (err == FLOW_OK)
+			err = flow_gpt_build(&c->model, t->local_batch,
+					     c->seq_len, &t->graph, diag);
 		if (err == FLOW_OK)
 			err = flow_graph_backward(&t->graph, diag);
 		if (err == FLOW_OK)
 			err = flow_exec_new(&t->graph, trainer_kernel_set(t),
 					    &t->exec, diag);
 	}
-	if (err == FLOW_OK)
-		err = flow_exec_set_bf16_gemms(
-			t->exec, c->precision == FLOW_PRECISION_BF16, diag);
 	if (err == FLOW_OK)
 		err = flow_zero_new(c->plan, &t->graph,
 				    t->localized ? &t->local : NULL,

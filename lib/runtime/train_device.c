@@ -18,6 +18,11 @@ const char *flow_precision_name(flow_precision_t p)
 	return p == FLOW_PRECISION_BF16 ? "bf16" : "fp32";
 }
 
+flow_dtype_t flow_precision_act_dtype(flow_precision_t p)
+{
+	return p == FLOW_PRECISION_BF16 ? FLOW_DTYPE_BF16 : FLOW_DTYPE_F32;
+}
+
 flow_err_t flow_precision_parse(const char *text, flow_precision_t *out,
 				flow_diag_t *diag)
 {

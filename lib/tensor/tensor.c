@@ -74,12 +74,12 @@ static float f32_from_bits(uint32_t u)
 
 uint16_t flow_f32_to_bf16(float x)
 {
-	return (uint16_t)(f32_bits(flow_round_bf16(x)) >> 16);
+	return flow_bf16_narrow(x);
 }
 
 float flow_bf16_to_f32(uint16_t x)
 {
-	return f32_from_bits((uint32_t)x << 16);
+	return flow_bf16_widen(x);
 }
 
 /* Round m >> shift to nearest, ties to even (shift >= 1). */

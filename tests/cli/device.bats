@@ -103,7 +103,7 @@ real_binary() {
 	assert_usage_error flow-train "--kernels ref runs on the CPU: it cannot go with --device cuda"
 }
 
-@test "--precision bf16 on the CPU rounds the GEMM operands: near fp32, not equal" {
+@test "--precision bf16 on the CPU stores activations in bf16: near fp32, not equal" {
 	run -0 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --steps 3 --precision fp32
 	local fp32=$output
 	run -0 --separate-stderr flow-train "${TRAIN[@]}" --data "$DATA" --steps 3 --precision bf16
@@ -144,20 +144,26 @@ real_binary() {
 
 # --kernels staged: the CPU kernels through every copy a GPU run makes
 # (parameter init, batches, losses, the optimizer's moments, checkpoints):
-# the same bits as --kernels cpu, and checkpoints either resumes.
+# the same bits as --kernels cpu, and checkpoints either resumes; in fp32
+# and with bf16 activations.
 @test "the GPU's copy paths on the CPU (--kernels staged) give the CPU's bits, and resume across" {
-	local run=("${TRAIN[@]}" --steps 4 --data "$DATA" --eval-every 2 --eval-batches 2 --ckpt-every 2)
-	run -0 --separate-stderr flow-train "${run[@]}" --kernels cpu --ckpt-dir ck-cpu
-	tsv_rows "$output" >cpu.rows
-	run -0 --separate-stderr flow-train "${run[@]}" --kernels staged --ckpt-dir ck-staged
-	tsv_rows "$output" | cut -f1-5 >staged.rows
-	cut -f1-5 cpu.rows >cpu5.rows
-	cmp cpu5.rows staged.rows
-	grep -q '^4	train	' staged.rows
-	cmp ck-cpu/step-00000004/rank-00000.bin ck-staged/step-00000004/rank-00000.bin
-	run -0 --separate-stderr flow-train "${run[@]}" --kernels staged --resume ck-cpu/step-00000002 --ckpt-dir ck-r
-	tsv_rows "$output" | cut -f1-5 | grep '^[34]	' >resumed.rows
-	grep '^[34]	' cpu5.rows | cmp - resumed.rows
+	local p
+	for p in fp32 bf16; do
+		local run=("${TRAIN[@]}" --steps 4 --data "$DATA" --eval-every 2 --eval-batches 2
+			--ckpt-every 2 --precision "$p")
+		run -0 --separate-stderr flow-train "${run[@]}" --kernels cpu --ckpt-dir "ck-cpu-$p"
+		tsv_rows "$output" >cpu.rows
+		run -0 --separate-stderr flow-train "${run[@]}" --kernels staged --ckpt-dir "ck-staged-$p"
+		tsv_rows "$output" | cut -f1-5 >staged.rows
+		cut -f1-5 cpu.rows >cpu5.rows
+		cmp cpu5.rows staged.rows
+		grep -q '^4	train	' staged.rows
+		cmp "ck-cpu-$p/step-00000004/rank-00000.bin" "ck-staged-$p/step-00000004/rank-00000.bin"
+		run -0 --separate-stderr flow-train "${run[@]}" --kernels staged \
+			--resume "ck-cpu-$p/step-00000002" --ckpt-dir "ck-r-$p"
+		tsv_rows "$output" | cut -f1-5 | grep '^[34]	' >resumed.rows
+		grep '^[34]	' cpu5.rows | cmp - resumed.rows
+	done
 }
 
 @test "flow-bench --device cuda: peak and matmul only, and one line without a GPU" {

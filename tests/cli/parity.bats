@@ -4,7 +4,7 @@
 # clipping, from the same initial weights on the same batches; losses,
 # learning rates, gradient norms, the step-1 gradients and the final
 # weights and AdamW moments must agree (tests/ref/README.md gives the
-# tolerances), in fp32 and with bf16 GEMM operands.  Needs Debian's
+# tolerances), in fp32 and with bf16 activations.  Needs Debian's
 # python3-torch for /usr/bin/python3; the tests are skipped without it.
 # Also checks that the checker fails when flow's numbers are perturbed.
 
@@ -43,10 +43,9 @@ parity() {
 	[[ "${lines[-1]}" == "PASS: "* ]]
 }
 
-@test "flow-train --precision bf16 matches PyTorch with bf16 GEMM operands" {
-	# PyTorch rounds the same operands (torch_gpt.bf16_linear and
-	# bf16_attention); the tolerances are bf16's (gpt_parity.py,
-	# TOLERANCES).
+@test "flow-train --precision bf16 matches PyTorch with bf16 activations" {
+	# PyTorch rounds the same tensors (torch_gpt.py's bf16 emulation);
+	# the tolerances are bf16's (gpt_parity.py, TOLERANCES).
 	parity --precision bf16
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"ok    step-1 gradients: worst "* ]]

@@ -33,6 +33,18 @@
  * of the tolerance).  An out-of-place all-reduce through the NCCL split,
  * so one that does nothing fails.
  *
+ * Then the same graph in mixed precision (act_dtype bf16: the executor
+ * dispatches the bf16 twins), CPU against GPU: the loss within 1e-3
+ * relative and every parameter gradient within atol 2e-2 * the tensor's
+ * largest |cpu| value + rtol 5e-2.  Each bf16 activation carries 8 bits,
+ * and the two sides round differently in places by design (sums in
+ * another order straddling a rounding boundary, the fused GELU of the
+ * unrounded sum, cuDNN's flash attention), so activations differ by a
+ * rounding (2^-8 relative) here and there and a dozen of them chain
+ * through two layers forward and back: a few 2^-8 per element, a loss
+ * averaged over 256 tokens much less; a dispatch error (bf16 read as
+ * fp32, a twin that does not accumulate) is of the tensor's own scale.
+ *
  * Exit status: 0 every check passed; 1 a check failed or an error; 77
  * (skipped) without a CUDA driver, device or module. */
 #include <config.h>
@@ -116,10 +128,11 @@ static float *host_tensor(flow_exec_t *x, const flow_graph_t *g, int t)
 	return h;
 }
 
-/* Every tensor of role in both executors, one row each (prefix + name). */
+/* Every tensor of role in both executors, one row each (prefix + name),
+ * within check's rtol and atol_scale. */
 static void check_role(flow_exec_t *cpu, flow_exec_t *gpu,
 		       const flow_graph_t *g, flow_role_t role,
-		       const char *prefix)
+		       const char *prefix, double rtol, double atol_scale)
 {
 	for (size_t t = 0; t < g->ntensors; t++) {
 		if (g->tensors[t].role != role)
@@ -128,10 +141,52 @@ static void check_role(flow_exec_t *cpu, flow_exec_t *gpu,
 		float *a = host_tensor(cpu, g, (int)t);
 		float *b = host_tensor(gpu, g, (int)t);
 		snprintf(name, sizeof name, "%s%s", prefix, g->tensors[t].name);
-		check(name, a, b, flow_graph_tensor_numel(g, (int)t), 1e-3, 1e-5);
+		check(name, a, b, flow_graph_tensor_numel(g, (int)t), rtol,
+		      atol_scale);
 		flow_free(a);
 		flow_free(b);
 	}
+}
+
+/* The graph of SPEC in mixed precision on both devices: the loss of a
+ * forward pass on the tokens ids (then targets), and every parameter
+ * gradient of a backward pass.  Rows prefixed "bf16 ". */
+static void check_bf16_graph(const flow_gpt_config_t *cfg, const int32_t *ids)
+{
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_graph_t g;
+	double lc = 0.0, lg = 0.0;
+
+	flow_graph_init(&g);
+	if (flow_graph_set_act_dtype(&g, FLOW_DTYPE_BF16, &diag) != FLOW_OK ||
+	    flow_gpt_build(cfg, BATCH, cfg->seq, &g, &diag) != FLOW_OK ||
+	    flow_graph_backward(&g, &diag) != FLOW_OK)
+		die(SPEC " in bf16", &diag);
+	flow_exec_t *cpu = exec_on(&g, FLOW_KERNELS_CPU);
+	flow_exec_t *gpu = exec_on(&g, FLOW_KERNELS_CUDA);
+	int tok = flow_graph_find(&g, "tokens");
+	int tgt = flow_graph_find(&g, "targets");
+	size_t ntok = flow_graph_tensor_numel(&g, tok);
+	if (flow_exec_tensor_upload(cpu, tok, ids, &diag) ||
+	    flow_exec_tensor_upload(cpu, tgt, ids + ntok, &diag) ||
+	    flow_exec_tensor_upload(gpu, tok, ids, &diag) ||
+	    flow_exec_tensor_upload(gpu, tgt, ids + ntok, &diag))
+		die("upload in bf16", &diag);
+	flow_exec_zero_param_grads(cpu);
+	flow_exec_zero_param_grads(gpu);
+	if (flow_exec_forward(cpu, &lc, &diag) ||
+	    flow_exec_backward(cpu, &diag) ||
+	    flow_exec_forward(gpu, &lg, &diag) ||
+	    flow_exec_backward(gpu, &diag))
+		die("forward and backward in bf16", &diag);
+	float lcf = (float)lc, lgf = (float)lg;
+	printf("# bf16: loss cpu %.9g, gpu %.9g\n", lc, lg);
+	check("bf16 loss", &lcf, &lgf, 1, 1e-3, 0.0);
+	check_role(cpu, gpu, &g, FLOW_ROLE_PARAM_GRAD, "bf16 grad ", 5e-2,
+		   2e-2);
+	flow_exec_free(gpu);
+	flow_exec_free(cpu);
+	flow_graph_release(&g);
 }
 
 #ifdef HAVE_NCCL
@@ -192,7 +247,7 @@ int main(void)
 
 	flow_exec_t *cpu = exec_on(&g, FLOW_KERNELS_CPU);
 	flow_exec_t *gpu = exec_on(&g, FLOW_KERNELS_CUDA);
-	check_role(cpu, gpu, &g, FLOW_ROLE_PARAM, "init ");
+	check_role(cpu, gpu, &g, FLOW_ROLE_PARAM, "init ", 1e-3, 1e-5);
 
 	/* The same tokens into both. */
 	int tok = flow_graph_find(&g, "tokens"), tgt = flow_graph_find(&g, "targets");
@@ -219,7 +274,7 @@ int main(void)
 	if (flow_exec_forward(cpu, &lc, &diag) || flow_exec_backward(cpu, &diag) ||
 	    flow_exec_forward(gpu, &lg, &diag) || flow_exec_backward(gpu, &diag))
 		die("forward and backward", &diag);
-	check_role(cpu, gpu, &g, FLOW_ROLE_PARAM_GRAD, "grad ");
+	check_role(cpu, gpu, &g, FLOW_ROLE_PARAM_GRAD, "grad ", 1e-3, 1e-5);
 
 	/* One clipped AdamW step on each device. */
 	flow_adamw_params_t hp = { 6e-4f, 0.9f, 0.95f, 1e-3f, 0.1f };
@@ -232,7 +287,7 @@ int main(void)
 	check("grad_norm", &nc, &ng, 1, 1e-5, 0.0);
 	flow_adamw_step(oc, 1, 6e-4f);
 	flow_adamw_step(og, 1, 6e-4f);
-	check_role(cpu, gpu, &g, FLOW_ROLE_PARAM, "step1 ");
+	check_role(cpu, gpu, &g, FLOW_ROLE_PARAM, "step1 ", 1e-3, 1e-5);
 
 	/* The next batch as the trainer copies it: from page-locked memory on
 	 * the copy stream, behind the pass that last read the inputs, the
@@ -267,6 +322,7 @@ int main(void)
 #ifdef HAVE_NCCL
 	check_nccl_split(gpu);
 #endif
+	check_bf16_graph(&cfg, ids);
 
 	flow_alloc_stats_t mem;
 	if (flow_cuda_memory_stats(0, &mem, &diag) == FLOW_OK)

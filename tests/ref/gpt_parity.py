@@ -16,6 +16,14 @@ Usage (Debian's python3-torch; never another python3):
 4. the same 20 steps run in PyTorch (tests/ref/torch_gpt.py, float32) from
    those initial weights on those batches.
 
+With --precision bf16, flow-train stores its activations and their
+gradients in bf16 (flow/kernels.h, "bf16 activations"), and PyTorch does
+the same in emulation: torch_gpt.Trainer(bf16=True) rounds every tensor
+flow stores in bf16, forward and backward, once, from float32 (from float64
+for the error split), the weights where a GEMM reads them and the
+attention's probabilities and dpre where they multiply; the bounds are
+bf16's (TOLERANCES).
+
 Checks, each printed with its measured worst case:
 
 - every step's loss: |flow - torch| <= 1e-5 |torch|;
@@ -53,18 +61,21 @@ import tempfile
 # each optimizer tolerance).  A gradient element passes when
 # |g_flow - g_torch| <= grad_atol + grad_scale max|g_torch| + grad_rtol
 # |g_torch|, max over its tensor.  --precision bf16 has its own: PyTorch
-# rounds the same operands to bf16, but float32 sums that differ in their
-# last bit can round an operand to the neighbouring bf16 value (2^-8
-# apart), so the bounds are a bf16 rounding of the element (grad_rtol
-# 2^-8) or of 2e-3 of its tensor's scale (the attention's probabilities
-# and their gradient are rounded operands too, and their flips reach
-# c_attn's gradient); the worst case measured over seven seeds is under
-# 0.6 of it, an fp32 run 1.7 (tests/ref/README.md).
+# stores the same activations and gradients in bf16 and rounds the same
+# operands (torch_gpt.store_bf16, bf16_linear, bf16_attention), but float32
+# results that differ in their last bit can round to neighbouring bf16
+# values (2^-8 apart), and a flip feeds every later rounding, so the bounds
+# are a bf16 rounding of the element (grad_rtol 2^-8) or of 2e-3 of its
+# tensor's scale.  Measured over seeds 1337 and 1 to 7 (two of them on one
+# thread too): loss 6.3e-5 at worst (0.42 of its bound), grad_norm 2.0e-4
+# (0.41), step-1 gradients 0.75 of theirs; an fp32 run against bf16
+# PyTorch misses the gradients' bound by 1.6, so they tell the precisions
+# apart (tests/ref/README.md).
 TOLERANCES = {
     "fp32": dict(loss=1e-5, norm=1e-5, grad_rtol=1e-4, grad_atol=5e-7,
                  grad_scale=0.0),
-    "bf16": dict(loss=1e-4, norm=5e-4, grad_rtol=2.0 ** -8, grad_atol=0.0,
-                 grad_scale=2e-3),
+    "bf16": dict(loss=1.5e-4, norm=5e-4, grad_rtol=2.0 ** -8,
+                 grad_atol=0.0, grad_scale=2e-3),
 }
 # The optimizer's step 1 on flow's own gradients (identical inputs):
 # float32 rounding only.
@@ -101,8 +112,12 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--precision", choices=sorted(TOLERANCES),
                     default="fp32", help="flow-train's --precision; bf16: "
-                    "PyTorch rounds every GEMM operand to bfloat16 too "
-                    "(torch_gpt.bf16_linear, torch_gpt.bf16_attention)")
+                    "PyTorch stores the same activations and their "
+                    "gradients in bfloat16 (torch_gpt.store_bf16) and "
+                    "rounds the weights, the attention's probabilities and "
+                    "dpre where they multiply (torch_gpt.bf16_linear, "
+                    "torch_gpt.bf16_attention), in float32 and, for the "
+                    "error split, float64")
     ap.add_argument("--threads", type=int,
                     default=min(2, os.cpu_count() or 1),
                     help="torch.set_num_threads and OMP_NUM_THREADS of "
@@ -272,7 +287,7 @@ def parity(a, tg, np, torch, cfg, hp, work, flow_train, flow_shard,
     # ---- the same steps in PyTorch ----------------------------------------
     tg.set_deterministic(a.threads)
     bf16 = a.precision == "bf16"
-    tr = tg.Trainer(cfg, init, hp, torch.float32, bf16_gemms=bf16)
+    tr = tg.Trainer(cfg, init, hp, torch.float32, bf16=bf16)
     grads = {}
 
     def grab(t):
@@ -284,7 +299,7 @@ def parity(a, tg, np, torch, cfg, hp, work, flow_train, flow_shard,
                for mb in batches[s]]
         ref.append(tr.step(mbs, on_grads=grab if s == 0 else None))
     # Step 1 in float64, for the error split.
-    tr64 = tg.Trainer(cfg, init, hp, torch.float64, bf16_gemms=bf16)
+    tr64 = tg.Trainer(cfg, init, hp, torch.float64, bf16=bf16)
 
     def grab64(t):
         grads["f64"] = {n: t.params[n].grad.detach().clone().numpy()

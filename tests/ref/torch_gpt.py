@@ -22,10 +22,13 @@ What it holds, each written from flow's own definitions:
 - gpt_forward: GPT-2 exactly as flow builds it: x = wte[tokens] + wpe[:T];
   pre-LayerNorm blocks (eps 1e-5) with causal attention from a fused c_attn
   and GELU(tanh) MLP; logits = ln_f(x) @ wte^T over the padded vocabulary
-  Vp; cross-entropy over the first V columns only.  With linear=
-  bf16_linear and attend=bf16_attention, every GEMM takes bf16-rounded
-  operands as flow's --precision bf16 does (flow/kernels.h, matmul and
-  attention with bf16 GEMM operands).
+  Vp; cross-entropy over the first V columns only.  With
+  store=store_bf16, linear=bf16_linear and attend=bf16_attention (Trainer's
+  bf16=True), it computes what flow's --precision bf16 does (flow/kernels.h,
+  "bf16 activations"): the activations and their gradients stored in
+  bf16, rounded once from the working dtype (round_bf16, float32 or
+  float64), the weights rounded where a GEMM reads them, the attention's
+  probabilities and dpre where they multiply.
 - lr_at: flow_lr_at (lib/flow/optim.h), in double, rounded to float once.
 - Trainer: K micro-batches per step, each micro-batch's mean loss scaled by
   1/K before backward; clip_grad_norm_ (clip 0 = measure only);
@@ -391,36 +394,115 @@ def read_flow_tsv(text):
 
 # ---- the model ---------------------------------------------------------------
 
-def _round_bf16(t):
-    """t rounded to bfloat16 (to nearest even), in t's own dtype."""
-    return t.to(torch.bfloat16).to(t.dtype)
+# The largest finite bfloat16, (2 - 2^-7) 2^127, and the power of two that
+# a rounding carries past it to infinity.
+BF16_MAX = (2.0 - 2.0 ** -7) * 2.0 ** 127
+BF16_OVERFLOW = 2.0 ** 128
 
 
-class _Bf16Linear(torch.autograd.Function):
-    """F.linear whose GEMM operands (x, w and, backward, the output's
-    gradient) are rounded to bfloat16 while the products are summed in
-    the inputs' dtype: flow's bf16 matmul.  The bias and its gradient
-    stay unrounded."""
+def round_bf16(t):
+    """t rounded once to the nearest bfloat16, ties to even, in t's own
+    dtype (float32 or float64): flow_round_bf16 (flow/tensor.h) for float32,
+    and the same rounding of the exact float64 value for float64.
+
+    PyTorch's own float64 -> bfloat16 conversion goes through float32 and
+    so rounds twice: 1 + 2^-8 + 2^-40 becomes 1 + 2^-8 (a tie) and then 1,
+    where the nearest bf16 is 1 + 2^-7.  Here a float64 is rounded in its
+    own arithmetic instead: t / q, with q the spacing of the bf16 values
+    around t (2^(e-8) for 2^(e-1) <= |t| < 2^e, 8 significant bits; 2^-133
+    among the subnormals, below 2^-126), is exact, torch.round rounds it to
+    an integer with ties to even, and times q is exact again.  Magnitudes
+    that round to 2^128 or beyond become infinities, NaN stays NaN."""
+    if t.dtype == torch.float32:
+        return t.to(torch.bfloat16).to(torch.float32)
+    if t.dtype != torch.float64:
+        raise TypeError(f"round_bf16: float32 or float64, not {t.dtype}")
+    _, e = torch.frexp(t)
+    e = torch.clamp(e, min=-125).to(torch.float64)
+    q = torch.pow(torch.full_like(t, 2.0), e - 8.0)
+    r = torch.round(t / q) * q
+    return torch.where(r.abs() >= BF16_OVERFLOW, r * math.inf, r)
+
+
+def _bf16_oracle(x):
+    """x (a Python float) rounded to the nearest bfloat16 by search over
+    the table of every finite bf16 value, ties to the even bit pattern: a
+    check of round_bf16 that shares none of its arithmetic.  Exact: the
+    comparisons are of Fractions."""
+    from bisect import bisect_left
+    from fractions import Fraction
+    global _bf16_table
+    if "_bf16_table" not in globals():
+        import struct
+        vals = []
+        for h in range(0x7F80):  # +0 .. the largest finite, in order
+            f = struct.unpack("<f", struct.pack("<I", h << 16))[0]
+            vals.append((Fraction(f), h))
+        _bf16_table = vals
+    if math.isnan(x):
+        return x
+    a = Fraction(abs(x)) if math.isfinite(x) else None
+    top = _bf16_table[-1][0]
+    if a is None or a >= top + (Fraction(BF16_OVERFLOW) - top) / 2:
+        return math.copysign(math.inf, x)
+    i = bisect_left(_bf16_table, (a, -1))
+    if a >= top:
+        r = top
+    elif _bf16_table[i][0] == a:
+        r = a
+    else:
+        (lo, hlo), (hi, _) = _bf16_table[i - 1], _bf16_table[i]
+        if a - lo != hi - a:
+            r = lo if a - lo < hi - a else hi
+        else:
+            r = lo if hlo % 2 == 0 else hi
+    return math.copysign(float(r), x)
+
+
+class _StoreBf16(torch.autograd.Function):
+    """The identity, with its value and its gradient each rounded to
+    bfloat16 (round_bf16): a tensor flow stores in bf16 under --precision
+    bf16.  Its producer computes in the working dtype and rounds once when
+    it stores (forward); its gradient, summed in the working dtype by the
+    consumer's backward, is stored rounded too (each bf16 activation has
+    one consumer, so its gradient is rounded once)."""
 
     @staticmethod
-    def forward(ctx, x, w, b):
-        xr, wr = _round_bf16(x), _round_bf16(w)
-        ctx.save_for_backward(xr, wr)
-        ctx.has_bias = b is not None
-        return F.linear(xr, wr, b)
+    def forward(ctx, x):
+        return round_bf16(x)
 
     @staticmethod
     def backward(ctx, g):
-        xr, wr = ctx.saved_tensors
-        gr = _round_bf16(g)
-        g2 = gr.reshape(-1, gr.shape[-1])
-        dw = g2.T @ xr.reshape(-1, xr.shape[-1])
-        db = g.reshape(-1, g.shape[-1]).sum(0) if ctx.has_bias else None
-        return gr @ wr, dw, db
+        return round_bf16(g)
+
+
+def store_bf16(x):
+    return _StoreBf16.apply(x)
+
+
+class _Bf16Weight(torch.autograd.Function):
+    """A weight or bias as a bf16 GEMM reads it: rounded to bfloat16 for
+    the product, its gradient passed through unrounded (flow keeps weights
+    and their gradients in fp32, the gradient summed in fp32 from the bf16
+    operands)."""
+
+    @staticmethod
+    def forward(ctx, w):
+        return round_bf16(w)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
 
 
 def bf16_linear(x, w, b=None):
-    return _Bf16Linear.apply(x, w, b)
+    """flow's bf16 matmul (flow/kernels.h): x is a bf16 activation
+    (store_bf16 by its producer), the weight and the bias rounded as
+    autocast rounds them, the products summed in x's dtype; backward,
+    dx = dout . bf16(w) (its caller's store_bf16 rounds it), and dw, db
+    summed unrounded.  The output is rounded by the store_bf16 around it."""
+    return F.linear(x, _Bf16Weight.apply(w),
+                    None if b is None else _Bf16Weight.apply(b))
 
 
 def causal_attention(q, k, v):
@@ -439,71 +521,81 @@ def sdpa_attention(q, k, v):
 
 class _Bf16Attention(torch.autograd.Function):
     """causal_attention with flow's bf16 products (flow/kernels.h,
-    attention): q, k, v and the output's gradient rounded to bfloat16; the
-    probabilities rounded where they multiply v and the gradient, dpre =
-    scale p (dp - rowsum(p dp)) where it multiplies q and k; the softmax
-    and its backward on the unrounded probabilities, every sum in the
-    inputs' dtype."""
+    attention): q, k, v (slices of the bf16 qkv) and the output's gradient
+    are bf16 already (store_bf16 around qkv and the output); the
+    probabilities P are rounded where they multiply, out = bf16(P).v and
+    dv = bf16(P)^T.dout, and dpre = scale P (dP - rowsum(P dP)) where it
+    multiplies, dq = bf16(dpre).k and dk = bf16(dpre)^T.q; the softmax and
+    its backward use P unrounded; every sum in the inputs' dtype."""
 
     @staticmethod
     def forward(ctx, q, k, v):
         T, hs = q.shape[-2], q.shape[-1]
-        qr, kr, vr = _round_bf16(q), _round_bf16(k), _round_bf16(v)
         mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
-        s = (qr @ kr.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         p = s.masked_fill(mask, float("-inf")).softmax(dim=-1)
-        ctx.save_for_backward(qr, kr, vr, p)
-        return _round_bf16(p) @ vr
+        ctx.save_for_backward(q, k, v, p)
+        return round_bf16(p) @ v
 
     @staticmethod
     def backward(ctx, g):
-        qr, kr, vr, p = ctx.saved_tensors
-        gr = _round_bf16(g)
-        dp = gr @ vr.transpose(-2, -1)
-        scale = 1.0 / math.sqrt(qr.shape[-1])
-        dpre = _round_bf16(scale * (p * (dp - (p * dp).sum(-1, True))))
-        return (dpre @ kr, dpre.transpose(-2, -1) @ qr,
-                _round_bf16(p).transpose(-2, -1) @ gr)
+        q, k, v, p = ctx.saved_tensors
+        dp = g @ v.transpose(-2, -1)
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        dpre = round_bf16(scale * (p * (dp - (p * dp).sum(-1, True))))
+        return (dpre @ k, dpre.transpose(-2, -1) @ q,
+                round_bf16(p).transpose(-2, -1) @ g)
 
 
 def bf16_attention(q, k, v):
     return _Bf16Attention.apply(q, k, v)
 
 
+def _identity(x):
+    return x
+
+
 def gpt_forward(p, cfg, idx, targets=None, linear=F.linear,
-                attend=causal_attention):
+                attend=causal_attention, store=_identity):
     """Forward of GPT-2 on idx [B,T] with parameters p {name: tensor}, its
     projections through linear (F.linear, or bf16_linear) and its
     attention through attend (causal_attention, the references';
     bf16_attention; or sdpa_attention, the benchmarks' PyTorch at its
-    best).  Returns (logits [B,T,Vp], mean cross-entropy over the first V
-    columns or None)."""
+    best), and store applied to every activation flow keeps in its
+    activation dtype (flow/ops.h, "Mixed precision"): the outputs of the
+    layernorms, projections, GELU and attention, and the logits; the
+    identity, or store_bf16 for --precision bf16.  The residual stream
+    (the embedding's and adds' outputs) never passes through it.  Returns
+    (logits [B,T,Vp], mean cross-entropy over the first V columns or
+    None)."""
     B, T = idx.shape
     C, NH, V = cfg["dim"], cfg["heads"], cfg["vocab"]
     hs = C // NH
     x = F.embedding(idx, p["wte"]) + p["wpe"][:T]
     for i in range(cfg["layers"]):
         h = f"h.{i}."
-        a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"],
-                         LN_EPS)
-        qkv = linear(a, p[h + "attn.c_attn.weight"],
-                     p[h + "attn.c_attn.bias"])
+        a = store(F.layer_norm(x, (C,), p[h + "ln_1.weight"],
+                               p[h + "ln_1.bias"], LN_EPS))
+        qkv = store(linear(a, p[h + "attn.c_attn.weight"],
+                           p[h + "attn.c_attn.bias"]))
         q, k, v = qkv.split(C, dim=2)
         q = q.view(B, T, NH, hs).transpose(1, 2)
         k = k.view(B, T, NH, hs).transpose(1, 2)
         v = v.view(B, T, NH, hs).transpose(1, 2)
-        y = attend(q, k, v)
+        y = store(attend(q, k, v))
         y = y.transpose(1, 2).reshape(B, T, C)
-        x = x + linear(y, p[h + "attn.c_proj.weight"],
-                       p[h + "attn.c_proj.bias"])
-        m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"],
-                         LN_EPS)
-        m = F.gelu(linear(m, p[h + "mlp.c_fc.weight"],
-                          p[h + "mlp.c_fc.bias"]), approximate="tanh")
-        x = x + linear(m, p[h + "mlp.c_proj.weight"],
-                       p[h + "mlp.c_proj.bias"])
-    x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], LN_EPS)
-    logits = linear(x, p["wte"])
+        x = x + store(linear(y, p[h + "attn.c_proj.weight"],
+                             p[h + "attn.c_proj.bias"]))
+        m = store(F.layer_norm(x, (C,), p[h + "ln_2.weight"],
+                               p[h + "ln_2.bias"], LN_EPS))
+        m = store(linear(m, p[h + "mlp.c_fc.weight"],
+                         p[h + "mlp.c_fc.bias"]))
+        m = store(F.gelu(m, approximate="tanh"))
+        x = x + store(linear(m, p[h + "mlp.c_proj.weight"],
+                             p[h + "mlp.c_proj.bias"]))
+    x = store(F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"],
+                           LN_EPS))
+    logits = store(linear(x, p["wte"]))
     loss = None
     if targets is not None:
         loss = F.cross_entropy(logits[..., :V].reshape(-1, V),
@@ -561,25 +653,28 @@ class Trainer:
     """The training loop of flow-train in PyTorch, from given weights."""
 
     def __init__(self, cfg, weights, hp, dtype=torch.float32, device="cpu",
-                 autocast=None, compile_model=False, bf16_gemms=False,
+                 autocast=None, compile_model=False, bf16=False,
                  fast=False):
         """autocast: None, or a dtype (torch.bfloat16) the forward pass
         runs in under torch.autocast, weights staying dtype;
-        compile_model: the forward through torch.compile; bf16_gemms:
-        every projection through bf16_linear and the attention through
-        bf16_attention (flow's --precision bf16);
+        compile_model: the forward through torch.compile; bf16: flow's
+        --precision bf16 emulated in dtype (float32, or float64 for the
+        error split): the activations and their gradients stored in bf16
+        (store_bf16), every projection through bf16_linear and the
+        attention through bf16_attention;
         fast: PyTorch's fastest equivalents for a benchmark, the fused
         attention (sdpa) and fused AdamW (on a GPU), not the reference's
         arithmetic."""
         self.cfg, self.hp = cfg, hp
         self.device, self.autocast = torch.device(device), autocast
-        linear = bf16_linear if bf16_gemms else F.linear
+        linear = bf16_linear if bf16 else F.linear
         attend = (sdpa_attention if fast else
-                  bf16_attention if bf16_gemms else causal_attention)
+                  bf16_attention if bf16 else causal_attention)
+        store = store_bf16 if bf16 else _identity
 
         def forward(p, cfg, idx, targets=None):
             return gpt_forward(p, cfg, idx, targets, linear=linear,
-                               attend=attend)
+                               attend=attend, store=store)
         self.forward = torch.compile(forward) if compile_model else forward
         self.names = [n for n, _ in param_shapes(cfg)]
         self.params = {}
@@ -931,6 +1026,142 @@ def cmd_selftest(a):
           "biases and layernorm parameters are the no-decay group")
     mom = tr32.moments()
     check(len(mom) == 2 * len(tr32.names), "moments for every parameter")
+
+    # bf16 rounding: round_bf16 against a table search in exact
+    # arithmetic, on ties of both parities, values just off a tie (where
+    # float64 -> float32 -> bf16 rounds the wrong way), subnormals,
+    # overflow, and random values of every magnitude.
+    f64 = torch.float64
+    hand = [0.0, -0.0, 1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8),
+            1 + 2 ** -8 + 2 ** -40, 1 + 2 ** -8 - 2 ** -40,
+            1 + 3 * 2 ** -8 - 2 ** -40, 2.0 ** -126, 2.0 ** -133,
+            2.0 ** -134, 3 * 2.0 ** -135, 2.0 ** -134 + 2.0 ** -160,
+            1.5 * 2.0 ** -130 + 2.0 ** -150, BF16_MAX,
+            BF16_MAX + 2.0 ** 119, BF16_MAX + 2.0 ** 119 - 2.0 ** 90,
+            2.0 ** 130, -3e38, 1e-45, math.inf, -math.inf]
+    gr = torch.Generator()
+    gr.manual_seed(3)
+    rnd = (torch.randn(4000, generator=gr, dtype=f64) *
+           torch.pow(2.0, torch.randint(-140, 128, (4000,), generator=gr)
+                     .to(f64)))
+    # Midpoints between random normal bf16 neighbours, exactly and 2^-30
+    # of them off (float32 rounds those back onto the midpoint).
+    mids = [b + math.copysign(2.0 ** (math.frexp(b)[1] - 9), b)
+            for b in round_bf16(rnd[:1000]).tolist()
+            if 2.0 ** -126 <= abs(b) < 2.0 ** 127]
+    xs = hand + rnd.tolist() + mids + [
+        m * (1 + s * 2.0 ** -30) for m in mids[:200] for s in (1, -1)]
+    got = round_bf16(torch.tensor(xs, dtype=f64)).tolist()
+    bad = [(x, g) for x, g in zip(xs, got)
+           if not (g == _bf16_oracle(x) and
+                   math.copysign(1, g) == math.copysign(1, _bf16_oracle(x)))]
+    check(not bad, f"round_bf16 of {len(xs)} float64 values equals the "
+          f"nearest bf16 by table search" + (f" (first miss: {bad[0]})"
+                                             if bad else ""))
+    x32 = torch.tensor(xs, dtype=f64).to(torch.float32)
+    got32 = round_bf16(x32).tolist()
+    check(all(g == _bf16_oracle(x) for x, g in zip(x32.tolist(), got32)),
+          "round_bf16 of float32 values equals the nearest bf16")
+    twice = torch.tensor(xs, dtype=f64).to(torch.float32).to(
+        torch.bfloat16).to(f64).tolist()
+    ndouble = sum(1 for x, t in zip(xs, twice) if t != _bf16_oracle(x))
+    check(ndouble >= 200, f"float64 -> float32 -> bf16 rounds {ndouble} of "
+          f"them wrongly (double rounding), so the check can fail")
+
+    # The bf16 emulation's pieces.  store_bf16 rounds a value and its
+    # gradient; bf16_linear rounds the weight and bias for the product but
+    # not their gradients.
+    xg = (torch.randn(5, 7, generator=gr, dtype=f64)).requires_grad_()
+    cg = torch.randn(5, 7, generator=gr, dtype=f64)
+    (store_bf16(xg) * cg).sum().backward()
+    check(torch.equal(store_bf16(xg), round_bf16(xg)) and
+          torch.equal(xg.grad, round_bf16(cg)), "store_bf16 rounds its "
+          "value forward and its gradient backward")
+    xb = round_bf16(torch.randn(6, 5, generator=gr, dtype=f64))
+    wb = torch.randn(3, 5, generator=gr, dtype=f64).requires_grad_()
+    bb = torch.randn(3, generator=gr, dtype=f64).requires_grad_()
+    gb = round_bf16(torch.randn(6, 3, generator=gr, dtype=f64))
+    xb.requires_grad_()
+    (bf16_linear(xb, wb, bb) * gb).sum().backward()
+    check(torch.equal(bf16_linear(xb, wb, bb).detach(),
+                      xb.detach() @ round_bf16(wb.detach()).T +
+                      round_bf16(bb.detach()))
+          and torch.equal(xb.grad, gb @ round_bf16(wb.detach())) and
+          torch.equal(wb.grad, gb.T @ xb.detach()) and
+          torch.equal(bb.grad, gb.sum(0)),
+          "bf16_linear: the weight and bias rounded for the products, "
+          "dweight and dbias unrounded")
+
+    # bf16_attention against autograd through the same roundings put as
+    # straight-through functions: P rounded where it multiplies v (its
+    # gradient passed on unrounded into the softmax's backward), and the
+    # gradient of q.k^T rounded where it multiplies q and k.
+    class _RoundGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return round_bf16(g)
+
+    def att_autograd(q, k, v):
+        T_, hs_ = q.shape[-2], q.shape[-1]
+        mask = torch.ones(T_, T_, dtype=torch.bool).triu(1)
+        z = _RoundGrad.apply(q @ k.transpose(-2, -1))
+        pp = (z * (1.0 / math.sqrt(hs_))).masked_fill(
+            mask, float("-inf")).softmax(-1)
+        pr = pp + (round_bf16(pp) - pp).detach()
+        return pr @ v
+
+    qa, ka, va = (round_bf16(torch.randn(2, 3, 9, 5, generator=gr,
+                                         dtype=f64)).requires_grad_()
+                  for _ in range(3))
+    ga = round_bf16(torch.randn(2, 3, 9, 5, generator=gr, dtype=f64))
+    oa = bf16_attention(qa, ka, va)
+    da = torch.autograd.grad(oa, (qa, ka, va), ga)
+    ob = att_autograd(qa, ka, va)
+    db = torch.autograd.grad(ob, (qa, ka, va), ga)
+    dev = max(float((x - y).abs().max()) for x, y in zip((oa,) + da,
+                                                          (ob,) + db))
+    check(dev < 1e-12, f"bf16_attention equals autograd through its "
+          f"roundings (max difference {dev:.1e})")
+
+    # The whole model under bf16: exactly 8 stores a layer and 2 more
+    # (ln_f, logits), each value and each gradient a bf16 value, in
+    # float32 and float64.
+    for dt in (torch.float32, torch.float64):
+        seen = []
+
+        def rec(t):
+            # The gradient of store_bf16's input is what it stored.
+            t.register_hook(lambda g: seen.append(g))
+            t = store_bf16(t)
+            seen.append(t)
+            return t
+        pd = {n: torch.tensor(wr[n], dtype=dt, requires_grad=True)
+              for n in wr}
+        _, lb = gpt_forward(pd, cfg, *mbs[0], linear=bf16_linear,
+                            attend=bf16_attention, store=rec)
+        lb.backward()
+        nvals = len(seen)
+        rep = all(torch.equal(t.detach(), round_bf16(t.detach()))
+                  for t in seen)
+        check(nvals == 2 * (8 * cfg["layers"] + 2) and rep,
+              f"bf16 {str(dt)[6:]}: {nvals // 2} activations and their "
+              f"gradients stored, every value a bf16 value")
+    tb = {d: Trainer(cfg, wr, Hyper(steps=1), d, bf16=True)
+          for d in (torch.float32, torch.float64)}
+    with torch.no_grad():
+        lb32 = tb[torch.float32].forward(tb[torch.float32].params, cfg,
+                                         *mbs[0])[1].item()
+        lb64 = tb[torch.float64].forward(tb[torch.float64].params, cfg,
+                                         *mbs[0])[1].item()
+        l64 = manual_loss(trr.params, *mbs[0]).item()
+    check(abs(lb32 - lb64) <= 1e-4 * abs(lb64) and
+          1e-6 < abs(lb64 - l64) / abs(l64) < 1e-2,
+          f"bf16 loss {lb32:.7f} (float32), {lb64:.7f} (float64), "
+          f"{abs(lb64 - l64) / abs(l64):.1e} from fp32's")
 
     # Checkpoint round trip with checksums.
     with tempfile.TemporaryDirectory() as d:

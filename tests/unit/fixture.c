@@ -242,3 +242,16 @@ const void *flow_fixture_get(const flow_fixture_t *fx, const char *name,
 		}
 	return a->data;
 }
+
+flow_err_t flow_fixture_load(flow_fixture_t *fx, const char *name,
+			     flow_diag_t *diag)
+{
+	const char *top = getenv("top_srcdir");
+	char path[4096];
+
+	if (!top || !*top)
+		top = ".";
+	snprintf(path, sizeof(path), "%s/tests/ref/fixtures/%s.bin", top,
+		 name);
+	return flow_fixture_read(fx, path, diag);
+}

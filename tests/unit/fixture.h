@@ -38,6 +38,13 @@ FLOW_MUST_CHECK flow_err_t flow_fixture_read(flow_fixture_t *fx,
 					     const char *path,
 					     flow_diag_t *diag);
 
+/* The committed fixture name: tests/ref/fixtures/<name>.bin of the
+ * source tree ($top_srcdir, "." when unset), read as flow_fixture_read
+ * does. */
+FLOW_MUST_CHECK flow_err_t flow_fixture_load(flow_fixture_t *fx,
+					     const char *name,
+					     flow_diag_t *diag);
+
 /* Free the arrays; accepts a zeroed or already-released fixture. */
 void flow_fixture_release(flow_fixture_t *fx);
 

@@ -86,6 +86,7 @@ void graphutil_gpt_build(flow_graph_t *g, const graphutil_gpt_t *d,
 	char s[64];
 
 	flow_graph_init(g);
+	graphutil_must(flow_graph_set_act_dtype(g, d->act, &diag), &diag);
 	int tok = IDS(g, "tokens", d->B, d->T);
 	int tgt = IDS(g, "targets", d->B, d->T);
 	flow_init_t wte_init = { FLOW_INIT_NORMAL, 0.1f, d->V };

@@ -60,9 +60,11 @@ void graphutil_backward(flow_exec_t *x);
 	graphutil_op(g, kind, name, (const int[]){ __VA_ARGS__ },          \
 		     (int)(sizeof((int[]){ __VA_ARGS__ }) / sizeof(int)), 0, 0)
 
-/* The sizes of a GPT-2 graph: Vp >= V rows in the token table. */
+/* The sizes of a GPT-2 graph: Vp >= V rows in the token table; and the
+ * dtype of its activations (flow_graph_set_act_dtype; 0 is f32). */
 typedef struct graphutil_gpt {
 	int layers, B, T, C, heads, V, Vp;
+	flow_dtype_t act;
 } graphutil_gpt_t;
 
 /* GPT-2's training graph, into g (initialised here; release with

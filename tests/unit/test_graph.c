@@ -677,6 +677,91 @@ static void test_graph_backward_needs_a_loss(void **state)
 	flow_graph_release(&g);
 }
 
+/* Mixed precision (flow/ops.h): in a graph whose activations are bf16,
+ * the ops write their "act" outputs in bf16, a gradient has its tensor's
+ * dtype, an op refuses an activation of the other dtype where it reads
+ * one, and the dtype is chosen before the first op. */
+static void test_graph_bf16_activations(void **state)
+{
+	flow_graph_t g;
+	flow_diag_t diag = FLOW_DIAG_INIT;
+	flow_op_attrs_t heads = { .heads = 2 }, vocab = { .vocab = 10 };
+
+	(void)state;
+	flow_graph_init(&g);
+	assert_int_equal(g.act_dtype, FLOW_DTYPE_F32);
+	assert_int_equal(flow_graph_set_act_dtype(&g, FLOW_DTYPE_F16, &diag),
+			 FLOW_ERR_USAGE);
+	assert_string_equal(diag.msg,
+			    "activations in f16: only f32 and bf16 are supported");
+	assert_int_equal(flow_graph_set_act_dtype(&g, FLOW_DTYPE_BF16, &diag),
+			 FLOW_OK);
+	int tok = INPUT(&g, "tokens", FLOW_DTYPE_I32, 2, 3);
+	int tgt = INPUT(&g, "targets", FLOW_DTYPE_I32, 2, 3);
+	int wte = PARAM(&g, "wte", 12, 8);
+	int wpe = PARAM(&g, "wpe", 5, 8);
+	int lw = PARAM(&g, "ln.weight", 8);
+	int lb = PARAM(&g, "ln.bias", 8);
+	int qw = PARAM(&g, "qkv.weight", 24, 8);
+
+	/* An op's index first: adding one may move g.ops. */
+	int op = add_op(&g, FLOW_OP_EMBEDDING, "embed", INS(tok, wte, wpe),
+			NULL);
+	int x = g.ops[op].out[0];
+	op = add_op(&g, FLOW_OP_LAYERNORM, "ln", INS(x, lw, lb), NULL);
+	int h = g.ops[op].out[0];
+	assert_int_equal(g.tensors[x].dtype, FLOW_DTYPE_F32);
+	assert_int_equal(g.tensors[h].dtype, FLOW_DTYPE_BF16);
+	assert_int_equal(g.tensors[g.ops[op].out[1]].dtype, FLOW_DTYPE_F32);
+	add_op_fails(&g, FLOW_OP_MATMUL, "qkv", INS(x, qw), NULL,
+		     "qkv: x 'embed.out' is f32, expected bf16");
+	op = add_op(&g, FLOW_OP_MATMUL, "qkv", INS(h, qw), NULL);
+	int qkv = g.ops[op].out[0];
+	op = add_op(&g, FLOW_OP_ATTENTION, "attn", INS(qkv), &heads);
+	int a = g.ops[op].out[0];
+	assert_int_equal(g.tensors[qkv].dtype, FLOW_DTYPE_BF16);
+	assert_int_equal(g.tensors[a].dtype, FLOW_DTYPE_BF16);
+	assert_int_equal(g.tensors[g.ops[op].out[1]].dtype, FLOW_DTYPE_F32);
+	op = add_op(&g, FLOW_OP_GELU, "gelu", INS(a), NULL);
+	int ge = g.ops[op].out[0];
+	assert_int_equal(g.tensors[ge].dtype, FLOW_DTYPE_BF16);
+	/* The residual stream stays f32; its branch is the bf16 one. */
+	add_op_fails(&g, FLOW_OP_ADD, "res", INS(x, x), NULL,
+		     "res: b 'embed.out' is f32, expected bf16");
+	op = add_op(&g, FLOW_OP_ADD, "res", INS(x, ge), NULL);
+	int r = g.ops[op].out[0];
+	assert_int_equal(g.tensors[r].dtype, FLOW_DTYPE_F32);
+	add_op_fails(&g, FLOW_OP_MATMUL, "head", INS(r, wte, -1), NULL,
+		     "head: x 'res.out' is f32, expected bf16");
+	op = add_op(&g, FLOW_OP_LAYERNORM, "ln_f", INS(r, lw, lb), NULL);
+	int hf = g.ops[op].out[0];
+	op = add_op(&g, FLOW_OP_MATMUL, "head", INS(hf, wte, -1), NULL);
+	int logits = g.ops[op].out[0];
+	op = add_op(&g, FLOW_OP_CROSS_ENTROPY, "loss", INS(logits, tgt),
+		    &vocab);
+	int losses = g.ops[op].out[0];
+	assert_int_equal(g.tensors[losses].dtype, FLOW_DTYPE_F32);
+	assert_int_equal(g.tensors[g.ops[op].out[1]].dtype, FLOW_DTYPE_BF16);
+	diag = (flow_diag_t)FLOW_DIAG_INIT; /* it keeps its first error */
+	assert_int_equal(flow_graph_set_act_dtype(&g, FLOW_DTYPE_F32, &diag),
+			 FLOW_ERR_USAGE);
+	assert_string_equal(diag.msg, "the activations' dtype is set before "
+				      "the graph's first op");
+
+	diag = (flow_diag_t)FLOW_DIAG_INIT;
+	assert_int_equal(flow_graph_set_loss(&g, losses, &diag), FLOW_OK);
+	assert_int_equal(flow_graph_backward(&g, &diag), FLOW_OK);
+	assert_int_equal(flow_graph_validate(&g, &diag), FLOW_OK);
+	for (size_t t = 0; t < g.ntensors; t++)
+		if (g.tensors[t].grad >= 0)
+			assert_int_equal(g.tensors[g.tensors[t].grad].dtype,
+					 g.tensors[t].dtype);
+	assert_int_equal(g.tensors[g.tensors[qkv].grad].dtype, FLOW_DTYPE_BF16);
+	assert_int_equal(g.tensors[g.tensors[r].grad].dtype, FLOW_DTYPE_F32);
+	assert_int_equal(g.tensors[g.tensors[wte].grad].dtype, FLOW_DTYPE_F32);
+	flow_graph_release(&g);
+}
+
 /* ---- validation ----------------------------------------------------------------- */
 
 static void validate_fails(const flow_graph_t *g, const char *want)
@@ -730,9 +815,21 @@ static void test_graph_validate_finds_each_broken_invariant(void **state)
 			  "(3,3,4), its shape rule gives f32 (2,3,4)");
 	g->tensors[dres].shape.dims[0] = 2;
 	g->ops[8].in[0] = g->ops[s.ln].out[1];
-	validate_fails(g, "op 8: res.backward: dout (6) does not match the "
-			  "output (2,3,4) of res");
+	validate_fails(g, "op 8: res.backward: dout f32 (6) does not match "
+			  "the output f32 (2,3,4) of res");
 	g->ops[8].in[0] = dres;
+
+	/* Dtypes: a gradient is its tensor's, and an op reads the
+	 * activations of the graph's act_dtype (f32 here). */
+	g->tensors[dres].dtype = FLOW_DTYPE_BF16;
+	validate_fails(g, "op 7 (head.backward): output 'res.out.grad' is bf16 "
+			  "(2,3,4), its shape rule gives f32 (2,3,4)");
+	g->tensors[dres].dtype = FLOW_DTYPE_F32;
+	int ln_out = g->ops[s.ln].out[0];
+	g->tensors[ln_out].dtype = FLOW_DTYPE_BF16;
+	validate_fails(g, "op 1 (ln): output 'ln.out' is bf16 (2,3,4), its "
+			  "shape rule gives f32 (2,3,4)");
+	g->tensors[ln_out].dtype = FLOW_DTYPE_F32;
 
 	/* Index out of range. */
 	g->ops[s.gelu].in[0] = 1000;
@@ -931,6 +1028,7 @@ int main(void)
 		cmocka_unit_test(test_graph_stats_count_roles_and_passes),
 		cmocka_unit_test(test_graph_backward_names_ops_and_gradients),
 		cmocka_unit_test(test_graph_backward_needs_a_loss),
+		cmocka_unit_test(test_graph_bf16_activations),
 		cmocka_unit_test(test_graph_validate_finds_each_broken_invariant),
 		cmocka_unit_test(test_graph_print_forward_golden),
 		cmocka_unit_test(test_graph_print_planned_golden),

@@ -22,6 +22,8 @@
 #include <flow/kernels.h>
 #include <flow/mem.h>
 
+#include "testutil.h"
+
 /* Only the OpenMP team changes.  The BLAS keeps its own thread count: the
  * GEMMs inside matmul are OpenBLAS's, and OpenBLAS 0.3.21 itself gives
  * different bits for 1 and 2 (or 3) of its threads on some shapes and core
@@ -118,37 +120,6 @@ static void matmul_backward_run(float *out)
 	flow_free(x);
 	flow_free(w);
 	flow_free(dout);
-}
-
-/* With bf16 GEMM operands: the rounding is elementwise, the sgemms as
- * above. */
-static void matmul_bf16_run(float *out)
-{
-	float *x = buf_random(MM_N * MM_I, 1, 1.0f);
-	float *w = buf_random(MM_O * MM_I, 2, 0.1f);
-	float *b = buf_random(MM_O, 3, 1.0f);
-	float *dout = buf_random(MM_N * MM_O, 4, 1.0f);
-	void *scratch =
-		flow_alloc(flow_cpu_matmul_bf16_scratch_bound(MM_N, MM_I, MM_O));
-	float *y = out, *dinp = y + MM_N * MM_O, *dw = dinp + MM_N * MM_I;
-
-	assert_non_null(scratch);
-	flow_cpu_matmul_bf16_forward(y, scratch, x, w, b, MM_N, MM_I, MM_O);
-	fill_random(dinp, MM_N * MM_I + MM_O * MM_I + MM_O, 5, 0.5f);
-	flow_cpu_matmul_bf16_backward(dinp, dw, dw + MM_O * MM_I, scratch, dout,
-				      x, w, MM_N, MM_I, MM_O);
-	flow_free(x);
-	flow_free(w);
-	flow_free(b);
-	flow_free(dout);
-	flow_free(scratch);
-}
-
-static void test_kernels_threads_matmul_bf16(void **state)
-{
-	(void)state;
-	threads_check("matmul bf16", matmul_bf16_run,
-		      MM_N * MM_O + MM_N * MM_I + MM_O * MM_I + MM_O);
 }
 
 static void test_kernels_threads_matmul_forward(void **state)
@@ -412,34 +383,40 @@ static void test_kernels_threads_residual_backward(void **state)
 #define AT_C 48
 #define AT_NH 4
 
-static void attention_forward_with(float *out, bool bf16)
+static void *attention_scratch(void)
 {
-	float *qkv = buf_random(AT_B * AT_T * 3 * AT_C, 22, 2.0f);
 	void *scratch = flow_alloc(
-		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH, bf16));
+		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH, true));
 
 	assert_non_null(scratch);
-	flow_cpu_attention_forward(out, out + AT_B * AT_T * AT_C, scratch,
-				   bf16, qkv, AT_B, AT_T, AT_C, AT_NH);
+	return scratch;
+}
+
+static void attention_forward_run(float *out)
+{
+	float *qkv = buf_random(AT_B * AT_T * 3 * AT_C, 22, 2.0f);
+	void *scratch = attention_scratch();
+
+	flow_cpu_attention_forward(out, out + AT_B * AT_T * AT_C, scratch, qkv,
+				   AT_B, AT_T, AT_C, AT_NH);
 	flow_free(qkv);
 	flow_free(scratch);
 }
 
-static void attention_backward_with(float *out, bool bf16)
+static void attention_backward_run(float *out)
 {
 	float *qkv = buf_random(AT_B * AT_T * 3 * AT_C, 22, 2.0f);
 	float *dout = buf_random(AT_B * AT_T * AT_C, 23, 1.0f);
 	float *y = flow_alloc(AT_B * AT_T * AT_C * sizeof(float));
 	float *lse = flow_alloc(AT_B * AT_NH * AT_T * sizeof(float));
-	void *scratch = flow_alloc(
-		flow_cpu_attention_scratch_bound(AT_B, AT_T, AT_C, AT_NH, bf16));
+	void *scratch = attention_scratch();
 
-	assert_true(y && lse && scratch);
-	flow_cpu_attention_forward(y, lse, scratch, bf16, qkv, AT_B, AT_T,
-				   AT_C, AT_NH);
+	assert_true(y && lse);
+	flow_cpu_attention_forward(y, lse, scratch, qkv, AT_B, AT_T, AT_C,
+				   AT_NH);
 	fill_random(out, AT_B * AT_T * 3 * AT_C, 24, 0.5f);
-	flow_cpu_attention_backward(out, scratch, bf16, dout, qkv, lse, y,
-				    AT_B, AT_T, AT_C, AT_NH);
+	flow_cpu_attention_backward(out, scratch, dout, qkv, lse, y, AT_B, AT_T,
+				    AT_C, AT_NH);
 	flow_free(qkv);
 	flow_free(dout);
 	flow_free(y);
@@ -447,32 +424,10 @@ static void attention_backward_with(float *out, bool bf16)
 	flow_free(scratch);
 }
 
-static void attention_forward_run(float *out)
-{
-	attention_forward_with(out, false);
-}
-
-static void attention_backward_run(float *out)
-{
-	attention_backward_with(out, false);
-}
-
-static void attention_bf16_forward_run(float *out)
-{
-	attention_forward_with(out, true);
-}
-
-static void attention_bf16_backward_run(float *out)
-{
-	attention_backward_with(out, true);
-}
-
 static void test_kernels_threads_attention_forward(void **state)
 {
 	(void)state;
 	threads_check("attention forward", attention_forward_run,
-		      AT_B * AT_T * AT_C + AT_B * AT_NH * AT_T);
-	threads_check("attention bf16 forward", attention_bf16_forward_run,
 		      AT_B * AT_T * AT_C + AT_B * AT_NH * AT_T);
 }
 
@@ -480,8 +435,6 @@ static void test_kernels_threads_attention_backward(void **state)
 {
 	(void)state;
 	threads_check("attention backward", attention_backward_run,
-		      AT_B * AT_T * 3 * AT_C);
-	threads_check("attention bf16 backward", attention_bf16_backward_run,
 		      AT_B * AT_T * 3 * AT_C);
 }
 
@@ -505,6 +458,168 @@ static void test_kernels_threads_cross_entropy(void **state)
 {
 	(void)state;
 	threads_check("cross entropy", cross_entropy_run,
+		      CE_N + CE_N * CE_VP);
+}
+
+/* ---- bf16 twins --------------------------------------------------------------- */
+/* Each twin on the sizes of its fp32 kernel's run above, from nonzero
+ * gradients; its bf16 outputs are widened into out, which is exact, so
+ * equal floats are equal bf16 bits. */
+
+/* n bf16 values of fill_random's (rounded); free with flow_free. */
+static flow_bf16_t *bf16_random(size_t n, uint64_t seed, float scale)
+{
+	float *f = buf_random(n, seed, scale);
+	flow_bf16_t *x = flow_alloc(n * sizeof(*x));
+
+	assert_non_null(x);
+	for (size_t i = 0; i < n; i++)
+		x[i] = flow_f32_to_bf16(f[i]);
+	flow_free(f);
+	return x;
+}
+
+static flow_bf16_t *bf16_new(size_t n)
+{
+	flow_bf16_t *x = flow_alloc(n * sizeof(*x));
+
+	assert_non_null(x);
+	return x;
+}
+
+/* out[i] = x[i] widened; returns out + n, where the next output goes. */
+static float *bf16_out(float *out, const flow_bf16_t *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = flow_bf16_to_f32(x[i]);
+	return out + n;
+}
+
+static void matmul_bf16_run(float *out)
+{
+	flow_bf16_t *x = bf16_random(MM_N * MM_I, 1, 1.0f);
+	flow_bf16_t *dout = bf16_random(MM_N * MM_O, 4, 1.0f);
+	flow_bf16_t *dinp = bf16_random(MM_N * MM_I, 5, 0.5f);
+	flow_bf16_t *y = bf16_new(MM_N * MM_O);
+	float *w = buf_random(MM_O * MM_I, 2, 0.1f);
+	float *b = buf_random(MM_O, 3, 1.0f);
+	float *dw = out + MM_N * MM_O + MM_N * MM_I, *db = dw + MM_O * MM_I;
+	void *scratch =
+		flow_alloc(flow_cpu_matmul_bf16_scratch_bound(MM_N, MM_I, MM_O));
+
+	assert_non_null(scratch);
+	flow_cpu_matmul_bf16_forward(y, scratch, x, w, b, MM_N, MM_I, MM_O);
+	fill_random(dw, MM_O * MM_I + MM_O, 6, 0.5f);
+	flow_cpu_matmul_bf16_backward(dinp, dw, db, scratch, dout, x, w, MM_N,
+				      MM_I, MM_O);
+	bf16_out(bf16_out(out, y, MM_N * MM_O), dinp, MM_N * MM_I);
+	BUFS_FREE(x, dout, dinp, y, w, b, scratch);
+}
+
+static void layernorm_bf16_run(float *out)
+{
+	size_t nc = LN_N * LN_C;
+	ln_grad_inputs_t in = ln_grad_inputs();
+	float *b = buf_random(LN_C, 12, 1.0f), *stats = out + nc;
+	float *dinp = stats + 2 * LN_N, *dw = dinp + nc, *dbias = dw + LN_C;
+	flow_bf16_t *y = bf16_new(nc), *dout = bf16_random(nc, 13, 1.0f);
+
+	flow_cpu_layernorm_bf16_forward(y, stats, stats + LN_N, in.x, in.w, b,
+					LN_N, LN_C);
+	fill_random(dinp, nc + 2 * LN_C, 14, 0.5f);
+	flow_cpu_layernorm_bf16_backward(dinp, dw, dbias, dout, in.x, in.w,
+					 in.mean, in.rstd, LN_N, LN_C);
+	bf16_out(out, y, nc);
+	ln_grad_inputs_free(&in);
+	BUFS_FREE(b, y, dout);
+}
+
+static void residual_layernorm_bf16_run(float *out)
+{
+	size_t nc = LN_N * LN_C;
+	ln_grad_inputs_t in = ln_grad_inputs();
+	float *a = buf_random(nc, 15, 2.0f), *bias = buf_random(LN_C, 12, 1.0f);
+	flow_bf16_t *b = bf16_random(nc, 16, 0.5f), *y = bf16_new(nc);
+	flow_bf16_t *dout = bf16_random(nc, 13, 1.0f);
+	flow_bf16_t *db = bf16_random(nc, 17, 0.5f);
+	float *res = out + 2 * nc, *stats = res + nc, *dres = stats + 2 * LN_N;
+	float *da = dres + nc, *dw = da + nc, *dbias = dw + LN_C;
+
+	flow_cpu_residual_layernorm_bf16_forward(res, y, stats, stats + LN_N,
+						 a, b, in.w, bias, LN_N, LN_C);
+	fill_random(dres, 2 * nc + 2 * LN_C, 18, 0.5f);
+	flow_cpu_layernorm_residual_bf16_backward(dres, da, db, dw, dbias, dout,
+						  in.x, in.w, in.mean, in.rstd,
+						  LN_N, LN_C);
+	bf16_out(bf16_out(out, y, nc), db, nc);
+	ln_grad_inputs_free(&in);
+	BUFS_FREE(a, bias, b, y, dout, db);
+}
+
+static void elementwise_bf16_run(float *out)
+{
+	flow_bf16_t *x = bf16_random(EW_N, 15, 6.0f);
+	flow_bf16_t *dout = bf16_random(EW_N, 16, 1.0f);
+	flow_bf16_t *y = bf16_new(EW_N), *dx = bf16_random(EW_N, 17, 0.5f);
+	flow_bf16_t *db = bf16_random(EW_N, 21, 0.5f);
+	float *a = buf_random(EW_N, 18, 1.0f), *d = buf_random(EW_N, 20, 1.0f);
+	float *res = out + 3 * EW_N, *da = res + EW_N;
+
+	flow_cpu_gelu_bf16_forward(y, x, EW_N);
+	flow_cpu_gelu_bf16_backward(dx, x, dout, EW_N);
+	flow_cpu_residual_bf16_forward(res, a, x, EW_N);
+	fill_random(da, EW_N, 19, 0.5f);
+	flow_cpu_residual_bf16_backward(da, db, d, EW_N);
+	bf16_out(bf16_out(bf16_out(out, y, EW_N), dx, EW_N), db, EW_N);
+	BUFS_FREE(x, dout, y, dx, db, a, d);
+}
+
+static void attention_bf16_run(float *out)
+{
+	size_t nqkv = AT_B * AT_T * 3 * AT_C, ny = AT_B * AT_T * AT_C;
+	flow_bf16_t *qkv = bf16_random(nqkv, 22, 2.0f);
+	flow_bf16_t *dout = bf16_random(ny, 23, 1.0f), *y = bf16_new(ny);
+	flow_bf16_t *dqkv = bf16_random(nqkv, 24, 0.5f);
+	float *lse = out + ny + nqkv;
+	void *scratch = attention_scratch();
+
+	flow_cpu_attention_bf16_forward(y, lse, scratch, qkv, AT_B, AT_T, AT_C,
+					AT_NH);
+	flow_cpu_attention_bf16_backward(dqkv, scratch, dout, qkv, lse, y,
+					 AT_B, AT_T, AT_C, AT_NH);
+	bf16_out(bf16_out(out, y, ny), dqkv, nqkv);
+	BUFS_FREE(qkv, dout, y, dqkv, scratch);
+}
+
+static void cross_entropy_bf16_run(float *out)
+{
+	int32_t tg[CE_N];
+	flow_bf16_t *logits = bf16_random(CE_N * CE_VP, 25, 4.0f);
+
+	for (size_t r = 0; r < CE_N; r++)
+		tg[r] = r == 5 ? -1 : (int32_t)((r * 977u) % CE_V);
+	flow_cpu_cross_entropy_bf16_forward_backward(out, logits, tg, CE_N,
+						     CE_V, CE_VP, 1.0f / 15.0f);
+	bf16_out(out + CE_N, logits, CE_N * CE_VP);
+	flow_free(logits);
+}
+
+static void test_kernels_threads_bf16(void **state)
+{
+	size_t nc = LN_N * LN_C;
+
+	(void)state;
+	threads_check("matmul bf16", matmul_bf16_run,
+		      MM_N * MM_O + MM_N * MM_I + MM_O * MM_I + MM_O);
+	threads_check("layernorm bf16", layernorm_bf16_run,
+		      2 * nc + 2 * LN_N + 2 * LN_C);
+	threads_check("residual layernorm bf16", residual_layernorm_bf16_run,
+		      5 * nc + 2 * LN_N + 2 * LN_C);
+	threads_check("gelu and residual bf16", elementwise_bf16_run,
+		      5 * EW_N);
+	threads_check("attention bf16", attention_bf16_run,
+		      AT_B * AT_T * 4 * AT_C + AT_B * AT_NH * AT_T);
+	threads_check("cross entropy bf16", cross_entropy_bf16_run,
 		      CE_N + CE_N * CE_VP);
 }
 
@@ -569,7 +684,6 @@ int main(void)
 		cmocka_unit_test(test_kernels_threads_layernorm_forward),
 		cmocka_unit_test(test_kernels_threads_layernorm_backward),
 		cmocka_unit_test(test_kernels_threads_residual_layernorm),
-		cmocka_unit_test(test_kernels_threads_matmul_bf16),
 		cmocka_unit_test(test_kernels_threads_gelu_forward),
 		cmocka_unit_test(test_kernels_threads_gelu_backward),
 		cmocka_unit_test(test_kernels_threads_residual_forward),
@@ -579,6 +693,7 @@ int main(void)
 		cmocka_unit_test(test_kernels_threads_cross_entropy),
 		cmocka_unit_test(test_kernels_threads_adamw),
 		cmocka_unit_test(test_kernels_threads_grad_norm),
+		cmocka_unit_test(test_kernels_threads_bf16),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL) ? EXIT_FAILURE :

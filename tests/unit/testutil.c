@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <flow/mem.h>
+
 #include "testutil.h"
 
 int testutil_mkdtemp(char *buf, size_t cap, const char *tag)
@@ -80,4 +82,10 @@ int testutil_count_entries(const char *path)
 			n++;
 	closedir(d);
 	return n;
+}
+
+void testutil_free_all(void *const *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		flow_free(p[i]);
 }

@@ -1,7 +1,8 @@
 /* Helpers the unit tests share for their scratch files: a fresh temporary
  * directory, its removal, the path of a committed data file, and writing
- * or counting small files.  None of them uses cmocka, so they serve group
- * setup and teardown as well as the tests, which assert on the results. */
+ * or counting small files; and freeing a list of buffers.  None of them
+ * uses cmocka, so they serve group setup and teardown as well as the
+ * tests, which assert on the results. */
 #ifndef FLOW_TEST_TESTUTIL_H
 #define FLOW_TEST_TESTUTIL_H
 
@@ -28,5 +29,12 @@ int testutil_write_file(const char *path, const void *data, size_t len);
 /* The number of entries in directory path, not counting "." and "..";
  * -1 when it cannot be opened. */
 int testutil_count_entries(const char *path);
+
+/* flow_free each of the n buffers p[i] (NULL is ignored); through
+ * BUFS_FREE(out, mean, rstd), which lists them. */
+void testutil_free_all(void *const *p, size_t n);
+#define BUFS_FREE(...)                                                     \
+	testutil_free_all((void *[]){ __VA_ARGS__ },                       \
+			  sizeof((void *[]){ __VA_ARGS__ }) / sizeof(void *))
 
 #endif

@@ -1,12 +1,16 @@
 /* Private helpers shared by the CPU kernels (lib/kernels/cpu/): the fixed
  * work partitions that make every reduction independent of the number of
- * OpenMP threads, and a portable restrict spelling for the hot loops. */
+ * OpenMP threads, vectorisable exp and tanh, and the access to activations
+ * stored in either fp32 or bf16 (flow/kernels.h, "bf16 activations"). */
 #ifndef FLOW_CPU_INTERNAL_H
 #define FLOW_CPU_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <flow/tensor.h>
 
 /* Column (channel) block owned by one thread in the column reductions
  * (matmul dbias, layernorm dweight/dbias, embedding dwte/dwpe): one thread
@@ -114,5 +118,52 @@ static inline float flow_cpu_tanhf(float u)
 
 	return flow_cpu_select(a < 0.625f, small, big);
 }
+
+/* ---- activations of either dtype ------------------------------------------ */
+/* A kernel and its bf16 twin share their row (or block, or element)
+ * functions, written once over these: an activation pointer with a flag
+ * saying whether it holds floats or bf16.  Those functions are
+ * FLOW_CPU_INLINE and hold no OpenMP region: each kernel runs its own
+ * parallel loop over them with a literal flag, so the branch folds away
+ * and the fp32 loops vectorise as they did before there were twins.  (A
+ * flag passed into a function holding the parallel loop would not fold:
+ * the compiler outlines the loop's body before it inlines, and the flag
+ * reaches the body as a variable.) */
+#define FLOW_CPU_INLINE static inline __attribute__((always_inline))
+
+/* Element i of x, widened to float when bf16. */
+FLOW_CPU_INLINE float flow_cpu_act_load(const void *x, size_t i, bool bf16)
+{
+	return bf16 ? flow_bf16_widen(((const flow_bf16_t *)x)[i]) :
+		      ((const float *)x)[i];
+}
+
+/* Store v as element i of x, rounded once to nearest even when bf16. */
+FLOW_CPU_INLINE void flow_cpu_act_store(void *x, size_t i, float v, bool bf16)
+{
+	if (bf16)
+		((flow_bf16_t *)x)[i] = flow_bf16_narrow(v);
+	else
+		((float *)x)[i] = v;
+}
+
+/* x[i] += v: in bf16, read, add in fp32, round once. */
+FLOW_CPU_INLINE void flow_cpu_act_add(void *x, size_t i, float v, bool bf16)
+{
+	flow_cpu_act_store(x, i, flow_cpu_act_load(x, i, bf16) + v, bf16);
+}
+
+/* Rows the bf16 GEMMs and attention widen at once: out[i] = widen(in[i])
+ * and out[i] = bf16(in[i]), n elements, across the OpenMP team (call
+ * outside a parallel region); and x rounded to bf16 values kept as floats
+ * (flow_round_bf16), in place or not: a weight, for a bf16 product. */
+void flow_cpu_widen_bf16(float *out, const flow_bf16_t *in, size_t n);
+void flow_cpu_narrow_bf16(flow_bf16_t *out, const float *in, size_t n);
+void flow_cpu_round_bf16(float *out, const float *in, size_t n);
+
+/* Elements of one panel of a bf16 GEMM's widened rows (64 MiB of floats):
+ * large enough that a panel's sgemm runs at full speed, small beside the
+ * logits. */
+#define FLOW_CPU_BF16_PANEL ((size_t)1 << 24)
 
 #endif

@@ -1,4 +1,5 @@
-/* Causal multi-head self-attention on the GPU.  Mirrors cpu/attention.c.
+/* Causal multi-head self-attention on the GPU, and its bf16 twins.  Mirrors
+ * cpu/attention.c.
  *
  * qkv is (B,T,3C); head h of q, k, v is the hs = C/NH columns starting at
  * h*hs, 2C + ... of each row, i.e. a (T x hs) matrix with row stride 3C.  For
@@ -19,11 +20,14 @@
  *                  diagonal (O(T^2) softmax backward, in place in scratch)
  *           dq  += dpre k;   dk += dpre^T q
  *
- * bf16 (flow/kernels.h) rounds the row's qkv and dout into scratch, and
- * the softmax kernels write a rounded copy of att and dpre beside the fp32
- * ones, for the products; each product is then cublasGemmStridedBatchedEx
- * on bf16 operands with fp32 output and CUBLAS_COMPUTE_32F (tensor cores,
- * fp32 accumulation), the same call shapes as the fp32 sgemms.
+ * The bf16 twins are the same code over bf16 qkv, out, dout and dqkv (a
+ * template over their element type): each product is
+ * cublasGemmStridedBatchedEx on the bf16 tensors themselves, summed in
+ * fp32 (CUBLAS_COMPUTE_32F: tensor cores), the scores and datt coming
+ * out in fp32, out written in bf16 and dqkv accumulated in bf16 by the
+ * GEMM's beta = 1 (its fp32 sum rounded once).  The softmax kernels write
+ * a bf16 copy of att and dpre beside the fp32 ones, the operands of the
+ * products (flow/kernels.h: P and dpre rounded where they multiply).
  *
  * cuBLAS is column-major; a row-major (r x c) matrix with row stride ld is
  * its column-major (c x r) transpose with leading dimension ld, so each
@@ -31,10 +35,11 @@
  *
  * In bf16, cuDNN's fused attention (attention_cudnn.c) runs both passes
  * wherever it takes them: the whole batch at once, flash-style (the
- * probabilities never reach memory), on the operands rounded to bf16 as
- * above; its output and gradients come back in bf16 and are widened to
- * the fp32 activations.  The own kernel is the fallback (no cuDNN, a shape
- * it declines, FLOW_CUDNN=0) and the only fp32 path. */
+ * probabilities never reach memory), reading the bf16 tensors in place
+ * and writing out directly; its backward overwrites a bf16 dqkv, which
+ * goes to scratch and is then added into dqkv (the kernels accumulate).
+ * The own kernel is the fallback (no cuDNN, a shape it declines,
+ * FLOW_CUDNN=0). */
 #include <config.h>
 
 #include <atomic>
@@ -63,27 +68,22 @@ void flow_cuda_attention_counts(uint64_t *cudnn, uint64_t *own,
 
 /* A bf16 pass that runs the own kernel: counted, and the first one's
  * reason kept. */
-static void own_bf16_pass(void)
+static void own_bf16_pass(const char *why)
 {
 	if (att_own++ == 0) {
 		std::lock_guard<std::mutex> hold(att_why_lock);
-		std::snprintf(att_why, sizeof(att_why), "%s",
-			      flow_cuda__cudnn_declined_why());
+		std::snprintf(att_why, sizeof(att_why), "%s", why);
 	}
 }
 
-/* out[i] = in[i] widened to fp32, or (add) out[i] += it. */
-static __global__ void widen_bf16_kernel(float *__restrict__ out,
-					 const __nv_bfloat16 *__restrict__ in,
-					 size_t n, bool add)
-{
-	const size_t stride = (size_t)gridDim.x * blockDim.x;
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride) {
-		const float x = __bfloat162float(in[i]);
-		out[i] = add ? out[i] + x : x;
-	}
-}
+/* The cudaDataType_t of an element type. */
+template <typename T> struct cuda_type;
+template <> struct cuda_type<float> {
+	static constexpr cudaDataType_t value = CUDA_R_32F;
+};
+template <> struct cuda_type<__nv_bfloat16> {
+	static constexpr cudaDataType_t value = CUDA_R_16BF;
+};
 
 /* In place over rows of T scores (already scaled): row (h, t) of a batch
  * row keeps columns j <= t as exp(score - lse) and sets j > t to 0;
@@ -155,6 +155,17 @@ static __global__ void causal_softmax_backward_kernel(
 	}
 }
 
+/* dst[i] = bf16(dst[i] + src[i]): cuDNN's gradient into dqkv. */
+static __global__ void
+accumulate_bf16_kernel(__nv_bfloat16 *__restrict__ dst,
+		       const __nv_bfloat16 *__restrict__ src, size_t n)
+{
+	const size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += stride)
+		flow_accumulate(&dst[i], flow_load(&src[i]));
+}
+
 /* Shared argument checks: hs = C / NH, and every size cuBLAS sees fits int. */
 static flow_err_t attention_check(size_t B, size_t T, size_t C, size_t NH,
 				  const char *func, flow_diag_t *diag)
@@ -173,7 +184,7 @@ static flow_err_t attention_check(size_t B, size_t T, size_t C, size_t NH,
 	FLOW_TRY(flow_cuda__check_size(diag, func, "3C", C, INT_MAX / 3), out);
 	FLOW_TRY(flow_cuda__check_size(diag, func, "NH", NH, INT_MAX), out);
 	/* The matrices of a batch row in scratch, lse, and the whole batch's
-	 * bf16 copies of the cuDNN path. */
+	 * gradient of the cuDNN path. */
 	if (!flow_mul_size(T, T, &tt) || !flow_mul_size(tt, NH, &btt) ||
 	    !flow_mul_size(btt, 16, &btt) ||
 	    !flow_mul_size(B, NH, &tt) || !flow_mul_size(tt, T, &tt) ||
@@ -189,45 +200,40 @@ out:
 	return err;
 }
 
-/* The scratch of one batch row: the probabilities and their gradient in
- * fp32, and for bf16 their rounded copies and the row's rounded qkv and
- * dout, each at a FLOW_CUDA_BF16_ALIGN boundary. */
+/* The own kernel's scratch, for one batch row: the probabilities and
+ * their gradient in fp32 and, for bf16, their rounded copies (NULL for
+ * fp32), each at a FLOW_CUDA_SCRATCH_ALIGN boundary. */
 struct attention_scratch {
-	float *att, *datt;                 /* (NH,T,T) */
-	__nv_bfloat16 *pb, *db;            /* (NH,T,T) */
-	__nv_bfloat16 *qkv, *dout;         /* (T,3C), (T,C) */
+	float *att, *datt;      /* (NH,T,T) */
+	__nv_bfloat16 *pb, *db; /* (NH,T,T) */
 };
 
 /* Byte offsets of the scratch's parts, and its size. */
 struct attention_offsets {
-	size_t att, datt, pb, db, qkv, dout, end;
+	size_t att, datt, pb, db, end;
 };
 
-static attention_offsets attention_layout(size_t T, size_t C, size_t NH,
-					  bool bf16)
+static attention_offsets attention_layout(size_t T, size_t NH, bool bf16)
 {
 	const size_t tt = NH * T * T, e = sizeof(__nv_bfloat16);
 	attention_offsets o;
 
 	o.att = 0;
-	o.datt = o.att + flow_cuda__bf16_align(tt * sizeof(float));
-	o.pb = o.datt + flow_cuda__bf16_align(tt * sizeof(float));
+	o.datt = o.att + flow_cuda__scratch_align(tt * sizeof(float));
+	o.pb = o.datt + flow_cuda__scratch_align(tt * sizeof(float));
 	if (!bf16) { /* fp32 keeps no rounded copies */
-		o.db = o.qkv = o.dout = o.end = o.pb;
+		o.db = o.end = o.pb;
 		return o;
 	}
-	o.db = o.pb + flow_cuda__bf16_align(tt * e);
-	o.qkv = o.db + flow_cuda__bf16_align(tt * e);
-	o.dout = o.qkv + flow_cuda__bf16_align(3 * T * C * e);
-	o.end = o.dout + flow_cuda__bf16_align(T * C * e);
+	o.db = o.pb + flow_cuda__scratch_align(tt * e);
+	o.end = o.db + flow_cuda__scratch_align(tt * e);
 	return o;
 }
 
-/* The parts of scratch; for fp32 the bf16 ones are NULL. */
-static attention_scratch attention_carve(void *scratch, size_t T, size_t C,
-					 size_t NH, bool bf16)
+static attention_scratch attention_carve(void *scratch, size_t T, size_t NH,
+					 bool bf16)
 {
-	const attention_offsets o = attention_layout(T, C, NH, bf16);
+	const attention_offsets o = attention_layout(T, NH, bf16);
 	char *base = (char *)scratch;
 	attention_scratch s = {};
 
@@ -236,17 +242,14 @@ static attention_scratch attention_carve(void *scratch, size_t T, size_t C,
 	if (bf16) {
 		s.pb = (__nv_bfloat16 *)(base + o.pb);
 		s.db = (__nv_bfloat16 *)(base + o.db);
-		s.qkv = (__nv_bfloat16 *)(base + o.qkv);
-		s.dout = (__nv_bfloat16 *)(base + o.dout);
 	}
 	return s;
 }
 
-/* The cuDNN path's scratch, for the whole batch: qkv, out and dout
- * rounded to bf16, dqkv as cuDNN writes it (bf16), and the backward's
- * per-row sum(dout * out) (fp32). */
+/* The cuDNN path's scratch, for the whole batch: dqkv as cuDNN writes it
+ * (bf16), and the backward's per-row sum(dout * out) (fp32). */
 struct cudnn_offsets {
-	size_t qkv, o, dout, dqkv, rowsum, end;
+	size_t dqkv, rowsum, end;
 };
 
 static cudnn_offsets cudnn_layout(size_t B, size_t T, size_t C, size_t NH)
@@ -254,195 +257,285 @@ static cudnn_offsets cudnn_layout(size_t B, size_t T, size_t C, size_t NH)
 	const size_t e = sizeof(__nv_bfloat16), btc = B * T * C;
 	cudnn_offsets o;
 
-	o.qkv = 0;
-	o.o = o.qkv + flow_cuda__bf16_align(3 * btc * e);
-	o.dout = o.o + flow_cuda__bf16_align(btc * e);
-	o.dqkv = o.dout + flow_cuda__bf16_align(btc * e);
-	o.rowsum = o.dqkv + flow_cuda__bf16_align(3 * btc * e);
-	o.end = o.rowsum + flow_cuda__bf16_align(B * NH * T * sizeof(float));
+	o.dqkv = 0;
+	o.rowsum = o.dqkv + flow_cuda__scratch_align(3 * btc * e);
+	o.end = o.rowsum + flow_cuda__scratch_align(B * NH * T * sizeof(float));
 	return o;
 }
 
-static __nv_bfloat16 *part(void *scratch, size_t offset)
-{
-	return (__nv_bfloat16 *)((char *)scratch + offset);
-}
-
-/* x (n floats) rounded into the scratch part at offset. */
-static flow_err_t round_into(void *scratch, size_t offset, const float *x,
-			     size_t n, flow_diag_t *diag, cudaStream_t stream)
-{
-	return flow_cuda__round_bf16(part(scratch, offset), x, n, diag, stream);
-}
-
-static flow_err_t widen_bf16(float *out, const __nv_bfloat16 *in, size_t n,
-			     bool add, flow_diag_t *diag, cudaStream_t stream)
+/* Column-major strided-batched C = alpha op(A) op(B) + beta C, summed in
+ * fp32: an sgemm when A, B and C are fp32 (the fp32 kernel), else on A and
+ * B of type ab with C of type ct (CUBLAS_COMPUTE_32F; a bf16 C is read,
+ * added to and rounded once). */
+static flow_err_t bgemm(cublasHandle_t h, cudaDataType_t ab, cudaDataType_t ct,
+			cublasOperation_t opa, cublasOperation_t opb, size_t m,
+			size_t n, size_t k, float alpha, const void *a,
+			size_t lda, size_t sa, const void *b, size_t ldb,
+			size_t sb, float beta, void *c, size_t ldc, size_t sc,
+			size_t batch, flow_diag_t *diag)
 {
 	flow_err_t err = FLOW_OK;
 
-	widen_bf16_kernel<<<flow_cuda__grid(n, 256 * 4), 256, 0, stream>>>(
-		out, in, n, add);
-	FLOW_CUDA_LAUNCH_TRY(out);
-out:
-	return err;
-}
-
-/* The forward pass through cuDNN's plan for the sizes. */
-static flow_err_t cudnn_forward(flow_cudnn_plan_t *plan, float *out,
-				float *lse, void *scratch, const float *qkv,
-				size_t B, size_t T, size_t C, size_t NH,
-				flow_diag_t *diag, cudaStream_t stream)
-{
-	const cudnn_offsets o = cudnn_layout(B, T, C, NH);
-	const size_t btc = B * T * C;
-	flow_err_t err = FLOW_OK;
-
-	FLOW_TRY(round_into(scratch, o.qkv, qkv, 3 * btc, diag, stream), out);
-	FLOW_TRY(flow_cuda__cudnn_attention_forward(plan, part(scratch, o.o),
-						    lse, part(scratch, o.qkv),
-						    diag, stream),
-		 out);
-	FLOW_TRY(widen_bf16(out, part(scratch, o.o), btc, false, diag, stream),
-		 out);
-out:
-	return err;
-}
-
-/* The backward pass through cuDNN.  Where the forward pass ran through
- * cuDNN too, out is its bf16 output widened, and rounding it gives those
- * bits back. */
-static flow_err_t cudnn_backward(flow_cudnn_plan_t *plan, float *dqkv,
-				 void *scratch, const float *dout,
-				 const float *qkv, const float *lse,
-				 const float *out_fwd, size_t B, size_t T,
-				 size_t C, size_t NH, flow_diag_t *diag,
-				 cudaStream_t stream)
-{
-	const cudnn_offsets o = cudnn_layout(B, T, C, NH);
-	const size_t btc = B * T * C;
-	flow_err_t err = FLOW_OK;
-
-	FLOW_TRY(round_into(scratch, o.qkv, qkv, 3 * btc, diag, stream), out);
-	FLOW_TRY(round_into(scratch, o.o, out_fwd, btc, diag, stream), out);
-	FLOW_TRY(round_into(scratch, o.dout, dout, btc, diag, stream), out);
-	FLOW_TRY(flow_cuda__cudnn_attention_backward(
-			 plan, part(scratch, o.dqkv),
-			 (float *)((char *)scratch + o.rowsum),
-			 part(scratch, o.qkv), part(scratch, o.o),
-			 part(scratch, o.dout), lse, diag, stream),
-		 out);
-	FLOW_TRY(widen_bf16(dqkv, part(scratch, o.dqkv), 3 * btc, true, diag,
-			    stream),
-		 out);
-out:
-	return err;
-}
-
-/* Element i of an operand of either precision. */
-static const void *elem(const void *base, size_t i, bool bf16)
-{
-	return (const char *)base +
-	       i * (bf16 ? sizeof(__nv_bfloat16) : sizeof(float));
-}
-
-/* Batch row b's rows of x (row_elems each): x itself, or for bf16 rounded
- * into room. */
-static flow_err_t row_operand(const float *x, size_t row_elems, size_t b,
-			      bool bf16, __nv_bfloat16 *room,
-			      const void **out, flow_diag_t *diag,
-			      cudaStream_t stream)
-{
-	*out = x + b * row_elems;
-	if (!bf16)
-		return FLOW_OK;
-	*out = room;
-	return flow_cuda__round_bf16(room, x + b * row_elems, row_elems, diag,
-				     stream);
-}
-
-/* Column-major strided-batched C = alpha op(A) op(B) + beta C, fp32 C: an
- * sgemm, or on bf16 A and B summed in fp32 (CUBLAS_COMPUTE_32F). */
-static flow_err_t bgemm(cublasHandle_t h, bool bf16, cublasOperation_t opa,
-			cublasOperation_t opb, size_t m, size_t n, size_t k,
-			float alpha, const void *a, size_t lda, size_t sa,
-			const void *b, size_t ldb, size_t sb, float beta,
-			float *c, size_t ldc, size_t sc, size_t batch,
-			flow_diag_t *diag)
-{
-	flow_err_t err = FLOW_OK;
-
-	if (bf16)
-		FLOW_CUBLAS_TRY(cublasGemmStridedBatchedEx(
-					h, opa, opb, (int)m, (int)n, (int)k,
-					&alpha, a, CUDA_R_16BF, (int)lda,
-					(long long)sa, b, CUDA_R_16BF, (int)ldb,
-					(long long)sb, &beta, c, CUDA_R_32F,
-					(int)ldc, (long long)sc, (int)batch,
-					CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-				out);
-	else
+	if (ab == CUDA_R_32F && ct == CUDA_R_32F)
 		FLOW_CUBLAS_TRY(cublasSgemmStridedBatched(
 					h, opa, opb, (int)m, (int)n, (int)k,
 					&alpha, (const float *)a, (int)lda,
 					(long long)sa, (const float *)b,
-					(int)ldb, (long long)sb, &beta, c,
-					(int)ldc, (long long)sc, (int)batch),
+					(int)ldb, (long long)sb, &beta,
+					(float *)c, (int)ldc, (long long)sc,
+					(int)batch),
 				out);
+	else
+		FLOW_CUBLAS_TRY(cublasGemmStridedBatchedEx(
+					h, opa, opb, (int)m, (int)n, (int)k,
+					&alpha, a, ab, (int)lda, (long long)sa,
+					b, ab, (int)ldb, (long long)sb, &beta,
+					c, ct, (int)ldc, (long long)sc,
+					(int)batch, CUBLAS_COMPUTE_32F,
+					CUBLAS_GEMM_DEFAULT),
+				out);
+out:
+	return err;
+}
+
+/* The own kernel's forward pass on qkv and out of element type E (float,
+ * or bf16 for the twin). */
+template <typename E>
+static flow_err_t own_forward(E *out, float *lse, void *scratch, const E *qkv,
+			      size_t B, size_t T, size_t C, size_t NH,
+			      flow_diag_t *diag, cudaStream_t stream)
+{
+	const cudaDataType_t e = cuda_type<E>::value;
+	const bool bf16 = e != CUDA_R_32F;
+	const size_t hs = C / NH, rows = NH * T;
+	const float scale = 1.0f / sqrtf((float)hs);
+	const attention_scratch s = attention_carve(scratch, T, NH, bf16);
+	/* The probabilities as they multiply v: of E too. */
+	const void *p = bf16 ? (const void *)s.pb : (const void *)s.att;
+	flow_err_t err = FLOW_OK;
+	cublasHandle_t h = NULL;
+
+	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
+	for (size_t b = 0; b < B; b++) {
+		const E *x = qkv + b * T * 3 * C;
+		/* att^T (T x T) = scale * k (hs x T, op T) . q^T (hs x T) */
+		FLOW_TRY(bgemm(h, e, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, T, T,
+			       hs, scale, x + C, 3 * C, hs, x, 3 * C, hs, 0.0f,
+			       s.att, T, T * T, NH, diag),
+			 out);
+		causal_softmax_kernel<<<flow_cuda__grid(rows, ATT_WARPS),
+					ATT_WARPS * 32, 0, stream>>>(
+			s.att, s.pb, lse + b * rows, NULL, rows, T);
+		FLOW_CUDA_LAUNCH_TRY(out);
+		/* out^T (hs x T) = v^T (hs x T) . att^T (T x T) */
+		FLOW_TRY(bgemm(h, e, e, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T,
+			       1.0f, x + 2 * C, 3 * C, hs, p, T, T * T, 0.0f,
+			       out + b * T * C, C, hs, NH, diag),
+			 out);
+	}
+out:
+	return err;
+}
+
+/* The own kernel's backward pass, element type E as forward. */
+template <typename E>
+static flow_err_t own_backward(E *dqkv, void *scratch, const E *dout,
+			       const E *qkv, const float *lse, size_t B,
+			       size_t T, size_t C, size_t NH,
+			       flow_diag_t *diag, cudaStream_t stream)
+{
+	const cudaDataType_t e = cuda_type<E>::value;
+	const bool bf16 = e != CUDA_R_32F;
+	const size_t hs = C / NH, rows = NH * T;
+	const float scale = 1.0f / sqrtf((float)hs);
+	const attention_scratch s = attention_carve(scratch, T, NH, bf16);
+	/* The probabilities and dpre as they multiply: of E too. */
+	const void *p = bf16 ? (const void *)s.pb : (const void *)s.att;
+	const void *dp = bf16 ? (const void *)s.db : (const void *)s.datt;
+	flow_err_t err = FLOW_OK;
+	cublasHandle_t h = NULL;
+
+	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
+	for (size_t b = 0; b < B; b++) {
+		const E *x = qkv + b * T * 3 * C;
+		const E *g = dout + b * T * C;
+		E *dq = dqkv + b * T * 3 * C;
+		/* att as forward, from lse */
+		FLOW_TRY(bgemm(h, e, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, T, T,
+			       hs, scale, x + C, 3 * C, hs, x, 3 * C, hs, 0.0f,
+			       s.att, T, T * T, NH, diag),
+			 out);
+		causal_softmax_kernel<<<flow_cuda__grid(rows, ATT_WARPS),
+					ATT_WARPS * 32, 0, stream>>>(
+			s.att, s.pb, NULL, lse + b * rows, rows, T);
+		FLOW_CUDA_LAUNCH_TRY(out);
+		/* datt^T (T x T) = v (hs x T, op T) . dout^T (hs x T) */
+		FLOW_TRY(bgemm(h, e, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, T, T,
+			       hs, 1.0f, x + 2 * C, 3 * C, hs, g, C, hs, 0.0f,
+			       s.datt, T, T * T, NH, diag),
+			 out);
+		causal_softmax_backward_kernel<<<flow_cuda__grid(rows,
+								 ATT_WARPS),
+						 ATT_WARPS * 32, 0, stream>>>(
+			s.datt, s.db, s.att, rows, T, scale);
+		FLOW_CUDA_LAUNCH_TRY(out);
+		/* dv^T (hs x T) += dout^T (hs x T) . att (att^T stored,
+		 * op T) */
+		FLOW_TRY(bgemm(h, e, e, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T,
+			       1.0f, g, C, hs, p, T, T * T, 1.0f, dq + 2 * C,
+			       3 * C, hs, NH, diag),
+			 out);
+		/* dq^T (hs x T) += k^T (hs x T) . dpre^T (dpre stored) */
+		FLOW_TRY(bgemm(h, e, e, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T,
+			       1.0f, x + C, 3 * C, hs, dp, T, T * T, 1.0f, dq,
+			       3 * C, hs, NH, diag),
+			 out);
+		/* dk^T (hs x T) += q^T (hs x T) . dpre (dpre^T stored, op T) */
+		FLOW_TRY(bgemm(h, e, e, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T,
+			       1.0f, x, 3 * C, hs, dp, T, T * T, 1.0f, dq + C,
+			       3 * C, hs, NH, diag),
+			 out);
+	}
 out:
 	return err;
 }
 
 flow_err_t flow_cuda_attention_forward(float *out, float *lse, void *scratch,
-				       bool bf16, const float *qkv, size_t B,
-				       size_t T, size_t C, size_t NH,
-				       flow_diag_t *diag, cudaStream_t stream)
+				       const float *qkv, size_t B, size_t T,
+				       size_t C, size_t NH, flow_diag_t *diag,
+				       cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
-	cublasHandle_t h = NULL;
-	size_t hs = 0, rows = 0;
-	float scale = 0.0f;
-	attention_scratch s = {};
-	flow_cudnn_plan_t *plan = NULL;
 
 	if (B == 0 || T == 0 || C == 0)
 		return FLOW_OK;
 	FLOW_TRY(attention_check(B, T, C, NH, __func__, diag), out);
-	if (bf16 && (plan = flow_cuda__cudnn_attention_plan(false, B, T, C,
-							     NH))) {
-		att_cudnn++;
-		return cudnn_forward(plan, out, lse, scratch, qkv, B, T, C, NH,
-				     diag, stream);
-	}
-	if (bf16)
-		own_bf16_pass();
-	hs = C / NH;
-	rows = NH * T;
-	scale = 1.0f / sqrtf((float)hs);
-	s = attention_carve(scratch, T, C, NH, bf16);
-	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
-	for (size_t b = 0; b < B; b++) {
-		const void *x = NULL;
-		FLOW_TRY(row_operand(qkv, T * 3 * C, b, bf16, s.qkv, &x, diag,
-				     stream),
-			 out);
-		/* att^T (T x T) = scale * k (hs x T, op T) . q^T (hs x T) */
-		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
-			       scale, elem(x, C, bf16), 3 * C, hs, x, 3 * C,
-			       hs, 0.0f, s.att, T, T * T, NH, diag),
-			 out);
-		causal_softmax_kernel<<<flow_cuda__grid(rows, ATT_WARPS),
-					ATT_WARPS * 32, 0, stream>>>(
-			s.att, bf16 ? s.pb : NULL, lse + b * rows, NULL, rows,
-			T);
-		FLOW_CUDA_LAUNCH_TRY(out);
-		/* out^T (hs x T) = v^T (hs x T) . att^T (T x T) */
-		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T,
-			       1.0f, elem(x, 2 * C, bf16), 3 * C, hs,
-			       bf16 ? (const void *)s.pb : s.att, T, T * T,
-			       0.0f, out + b * T * C, C, hs, NH, diag),
-			 out);
-	}
+	err = own_forward(out, lse, scratch, qkv, B, T, C, NH, diag, stream);
 out:
+	return err;
+}
+
+flow_err_t flow_cuda_attention_backward(float *dqkv, void *scratch,
+					const float *dout, const float *qkv,
+					const float *lse, const float *out,
+					size_t B, size_t T, size_t C, size_t NH,
+					flow_diag_t *diag, cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+
+	(void)out; /* rowsum(P dP) comes from the probabilities */
+	if (B == 0 || T == 0 || C == 0)
+		return FLOW_OK;
+	FLOW_TRY(attention_check(B, T, C, NH, __func__, diag), done);
+	err = own_backward(dqkv, scratch, dout, qkv, lse, B, T, C, NH, diag,
+			   stream);
+done:
+	return err;
+}
+
+/* cuDNN's plan for a bf16 pass over these tensors, or NULL (the pass then
+ * runs the own kernel, counted with the reason).  cuDNN reads and writes
+ * the executor's tensors in place, and wants them 16-byte aligned, as an
+ * arena's are. */
+static flow_cudnn_plan_t *cudnn_plan(bool backward, const void *const *ptrs,
+				     size_t nptrs, size_t B, size_t T,
+				     size_t C, size_t NH)
+{
+	flow_cudnn_plan_t *plan = NULL;
+
+	for (size_t i = 0; i < nptrs; i++)
+		if ((uintptr_t)ptrs[i] % 16 != 0) {
+			own_bf16_pass("a tensor is not 16-byte aligned, as "
+				      "cuDNN's fused attention wants it");
+			return NULL;
+		}
+	plan = flow_cuda__cudnn_attention_plan(backward, B, T, C, NH);
+	if (plan)
+		att_cudnn++;
+	else
+		own_bf16_pass(flow_cuda__cudnn_declined_why());
+	return plan;
+}
+
+flow_err_t flow_cuda_attention_bf16_forward(flow_bf16_t *out, float *lse,
+					    void *scratch,
+					    const flow_bf16_t *qkv, size_t B,
+					    size_t T, size_t C, size_t NH,
+					    flow_diag_t *diag,
+					    cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	flow_cudnn_plan_t *plan = NULL;
+	const void *const ptrs[] = { out, lse, qkv };
+
+	if (B == 0 || T == 0 || C == 0)
+		return FLOW_OK;
+	FLOW_TRY(attention_check(B, T, C, NH, __func__, diag), done);
+	plan = cudnn_plan(false, ptrs, sizeof ptrs / sizeof ptrs[0], B, T, C,
+			  NH);
+	if (plan)
+		err = flow_cuda__cudnn_attention_forward(plan, out, lse, qkv,
+							 diag, stream);
+	else
+		err = own_forward(flow_cuda__bf16(out), lse, scratch,
+				  flow_cuda__bf16(qkv), B, T, C, NH, diag,
+				  stream);
+done:
+	return err;
+}
+
+/* The backward pass through cuDNN: its gradient, which it overwrites, into
+ * scratch, then added into dqkv. */
+static flow_err_t cudnn_backward(flow_cudnn_plan_t *plan, flow_bf16_t *dqkv,
+				 void *scratch, const flow_bf16_t *dout,
+				 const flow_bf16_t *qkv, const float *lse,
+				 const flow_bf16_t *out_fwd, size_t B, size_t T,
+				 size_t C, size_t NH, flow_diag_t *diag,
+				 cudaStream_t stream)
+{
+	const cudnn_offsets o = cudnn_layout(B, T, C, NH);
+	const size_t n = 3 * B * T * C;
+	__nv_bfloat16 *grad = (__nv_bfloat16 *)((char *)scratch + o.dqkv);
+	flow_err_t err = FLOW_OK;
+
+	FLOW_TRY(flow_cuda__cudnn_attention_backward(
+			 plan, grad, (float *)((char *)scratch + o.rowsum), qkv,
+			 out_fwd, dout, lse, diag, stream),
+		 out);
+	accumulate_bf16_kernel<<<flow_cuda__grid(n, 256 * 4), 256, 0,
+				 stream>>>(flow_cuda__bf16(dqkv), grad, n);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
+}
+
+flow_err_t flow_cuda_attention_bf16_backward(flow_bf16_t *dqkv,
+					     void *scratch,
+					     const flow_bf16_t *dout,
+					     const flow_bf16_t *qkv,
+					     const float *lse,
+					     const flow_bf16_t *out, size_t B,
+					     size_t T, size_t C, size_t NH,
+					     flow_diag_t *diag,
+					     cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	flow_cudnn_plan_t *plan = NULL;
+	const void *const ptrs[] = { dout, qkv, lse, out };
+
+	if (B == 0 || T == 0 || C == 0)
+		return FLOW_OK;
+	FLOW_TRY(attention_check(B, T, C, NH, __func__, diag), done);
+	plan = cudnn_plan(true, ptrs, sizeof ptrs / sizeof ptrs[0], B, T, C,
+			  NH);
+	if (plan)
+		err = cudnn_backward(plan, dqkv, scratch, dout, qkv, lse, out,
+				     B, T, C, NH, diag, stream);
+	else
+		err = own_backward(flow_cuda__bf16(dqkv), scratch,
+				   flow_cuda__bf16(dout), flow_cuda__bf16(qkv),
+				   lse, B, T, C, NH, diag, stream);
+done:
 	return err;
 }
 
@@ -456,90 +549,10 @@ size_t flow_cuda_attention_scratch_bound(size_t B, size_t T, size_t C,
 	    !flow_mul_size(tc, 8, &tc) || !flow_mul_size(tc, B, &tc) ||
 	    !flow_mul_size(tc, 2, &tc))
 		return 0;
-	own = attention_layout(T, C, NH, bf16).end;
+	own = attention_layout(T, NH, bf16).end;
 	/* A pure function: whether cuDNN will take the sizes is not known
 	 * here, so a build with cuDNN plans room for either path. */
 	if (bf16 && flow_cuda__cudnn_built())
 		fused = cudnn_layout(B, T, C, NH).end;
 	return own > fused ? own : fused;
-}
-
-flow_err_t flow_cuda_attention_backward(float *dqkv, void *scratch, bool bf16,
-					const float *dout, const float *qkv,
-					const float *lse, const float *out,
-					size_t B, size_t T, size_t C, size_t NH,
-					flow_diag_t *diag, cudaStream_t stream)
-{
-	flow_err_t err = FLOW_OK;
-	cublasHandle_t h = NULL;
-	size_t hs = 0, rows = 0;
-	float scale = 0.0f;
-	attention_scratch s = {};
-	flow_cudnn_plan_t *plan = NULL;
-
-	if (B == 0 || T == 0 || C == 0)
-		return FLOW_OK;
-	FLOW_TRY(attention_check(B, T, C, NH, __func__, diag), out);
-	if (bf16 && (plan = flow_cuda__cudnn_attention_plan(true, B, T, C,
-							     NH))) {
-		att_cudnn++;
-		return cudnn_backward(plan, dqkv, scratch, dout, qkv, lse, out,
-				      B, T, C, NH, diag, stream);
-	}
-	if (bf16)
-		own_bf16_pass();
-	hs = C / NH;
-	rows = NH * T;
-	scale = 1.0f / sqrtf((float)hs);
-	s = attention_carve(scratch, T, C, NH, bf16);
-	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
-	for (size_t b = 0; b < B; b++) {
-		const void *x = NULL, *g = NULL;
-		const void *p = bf16 ? (const void *)s.pb : s.att;
-		const void *dp = bf16 ? (const void *)s.db : s.datt;
-		float *dq = dqkv + b * T * 3 * C;
-		FLOW_TRY(row_operand(qkv, T * 3 * C, b, bf16, s.qkv, &x, diag,
-				     stream),
-			 out);
-		FLOW_TRY(row_operand(dout, T * C, b, bf16, s.dout, &g, diag,
-				     stream),
-			 out);
-		/* att as forward, from lse */
-		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
-			       scale, elem(x, C, bf16), 3 * C, hs, x, 3 * C,
-			       hs, 0.0f, s.att, T, T * T, NH, diag),
-			 out);
-		causal_softmax_kernel<<<flow_cuda__grid(rows, ATT_WARPS),
-					ATT_WARPS * 32, 0, stream>>>(
-			s.att, bf16 ? s.pb : NULL, NULL, lse + b * rows, rows,
-			T);
-		FLOW_CUDA_LAUNCH_TRY(out);
-		/* datt^T (T x T) = v (hs x T, op T) . dout^T (hs x T) */
-		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs,
-			       1.0f, elem(x, 2 * C, bf16), 3 * C, hs, g, C, hs,
-			       0.0f, s.datt, T, T * T, NH, diag),
-			 out);
-		causal_softmax_backward_kernel<<<flow_cuda__grid(rows,
-								 ATT_WARPS),
-						 ATT_WARPS * 32, 0, stream>>>(
-			s.datt, bf16 ? s.db : NULL, s.att, rows, T, scale);
-		FLOW_CUDA_LAUNCH_TRY(out);
-		/* dv^T (hs x T) += dout^T (hs x T) . att (att^T stored, op T) */
-		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T,
-			       1.0f, g, C, hs, p, T, T * T, 1.0f, dq + 2 * C,
-			       3 * C, hs, NH, diag),
-			 out);
-		/* dq^T (hs x T) += k^T (hs x T) . dpre^T (dpre stored) */
-		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T,
-			       1.0f, elem(x, C, bf16), 3 * C, hs, dp, T, T * T,
-			       1.0f, dq, 3 * C, hs, NH, diag),
-			 out);
-		/* dk^T (hs x T) += q^T (hs x T) . dpre (dpre^T stored, op T) */
-		FLOW_TRY(bgemm(h, bf16, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T,
-			       1.0f, x, 3 * C, hs, dp, T, T * T, 1.0f,
-			       dq + C, 3 * C, hs, NH, diag),
-			 out);
-	}
-out:
-	return err;
 }

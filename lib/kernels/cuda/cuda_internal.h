@@ -1,7 +1,8 @@
 /* Private helpers shared by the CUDA kernels (the .cu files beside this): the
  * boundary macros that turn CUDA and cuBLAS errors into flow_err_t plus a
- * diagnostic, the per-thread cuBLAS handle, size checks, and deterministic
- * warp/block reductions.  Never installed; compiled by nvcc as C++. */
+ * diagnostic, the per-thread cuBLAS handle, size checks, the access to
+ * activations of either dtype, GELU, and deterministic warp/block
+ * reductions.  Never installed; compiled by nvcc as C++. */
 #ifndef FLOW_CUDA_INTERNAL_H
 #define FLOW_CUDA_INTERNAL_H
 
@@ -124,22 +125,79 @@ FLOW_CUDA_HIDDEN flow_err_t flow_cuda__check_size(flow_diag_t *diag,
 						  const char *what,
 						  size_t value, size_t limit);
 
-/* out[i] = in[i] rounded to bf16, to nearest even (as the host's
- * flow_round_bf16), n elements in stream order: the operands of the bf16
- * GEMMs (matmul.cu, attention.cu). */
-FLOW_CUDA_HIDDEN flow_err_t flow_cuda__round_bf16(__nv_bfloat16 *out,
-						  const float *in, size_t n,
-						  flow_diag_t *diag,
-						  cudaStream_t stream);
+/* Offsets of the parts of a scratch are rounded up to this, so that every
+ * part is aligned as the tensor-core kernels want. */
+#define FLOW_CUDA_SCRATCH_ALIGN ((size_t)256)
 
-/* Offsets of bf16 operands inside a scratch are rounded up to this, so
- * that every operand is aligned as the tensor-core kernels want. */
-#define FLOW_CUDA_BF16_ALIGN ((size_t)256)
-
-static inline size_t flow_cuda__bf16_align(size_t bytes)
+static inline size_t flow_cuda__scratch_align(size_t bytes)
 {
-	return (bytes + FLOW_CUDA_BF16_ALIGN - 1) / FLOW_CUDA_BF16_ALIGN *
-	       FLOW_CUDA_BF16_ALIGN;
+	return (bytes + FLOW_CUDA_SCRATCH_ALIGN - 1) / FLOW_CUDA_SCRATCH_ALIGN *
+	       FLOW_CUDA_SCRATCH_ALIGN;
+}
+
+/* ---- bf16 activations (flow/kernels.h, "bf16 activations") --------------- */
+/* The API's flow_bf16_t holds the bits of CUDA's __nv_bfloat16. */
+static inline __nv_bfloat16 *flow_cuda__bf16(flow_bf16_t *p)
+{
+	return reinterpret_cast<__nv_bfloat16 *>(p);
+}
+
+static inline const __nv_bfloat16 *flow_cuda__bf16(const flow_bf16_t *p)
+{
+	return reinterpret_cast<const __nv_bfloat16 *>(p);
+}
+
+/* A kernel and its bf16 twin are one template over the element type of
+ * the operands the twin stores in bf16 (float or __nv_bfloat16), reached
+ * through these: a load widens exactly, a store rounds once to nearest
+ * even (as the host's flow_bf16_narrow), and an accumulation reads, adds
+ * in fp32 and rounds once. */
+__device__ __forceinline__ float flow_load(const float *p)
+{
+	return *p;
+}
+
+__device__ __forceinline__ float flow_load(const __nv_bfloat16 *p)
+{
+	return __bfloat162float(*p);
+}
+
+__device__ __forceinline__ void flow_store(float *p, float v)
+{
+	*p = v;
+}
+
+__device__ __forceinline__ void flow_store(__nv_bfloat16 *p, float v)
+{
+	*p = __float2bfloat16_rn(v);
+}
+
+template <typename T>
+__device__ __forceinline__ void flow_accumulate(T *p, float v)
+{
+	flow_store(p, flow_load(p) + v);
+}
+
+/* ---- GELU, tanh approximation (PyTorch approximate='tanh') --------------- */
+/* The value and the slope, shared by gelu.cu and the bf16 GEMM's own
+ * epilogue (matmul.cu); tanhf, not a fast intrinsic, for accuracy. */
+#define FLOW_GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
+#define FLOW_GELU_COEF 0.044715f
+
+__device__ __forceinline__ float flow_gelu(float x)
+{
+	const float cube = FLOW_GELU_COEF * x * x * x;
+	return 0.5f * x * (1.0f + tanhf(FLOW_GELU_SCALE * (x + cube)));
+}
+
+__device__ __forceinline__ float flow_gelu_slope(float x)
+{
+	const float cube = FLOW_GELU_COEF * x * x * x;
+	const float tanh_out = tanhf(FLOW_GELU_SCALE * (x + cube));
+	const float sech2 = 1.0f - tanh_out * tanh_out;
+	return 0.5f * (1.0f + tanh_out) +
+	       x * 0.5f * sech2 * FLOW_GELU_SCALE *
+		       (1.0f + 3.0f * FLOW_GELU_COEF * x * x);
 }
 
 /* ---- launch geometry ----------------------------------------------------- */

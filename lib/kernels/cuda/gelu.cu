@@ -1,51 +1,40 @@
-/* GELU, tanh approximation (PyTorch approximate='tanh'), on the GPU.
- * Mirrors cpu/gelu.c: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
- * Element-wise grid-stride loops; tanhf (not a fast intrinsic) for
- * accuracy. */
+/* GELU, tanh approximation (PyTorch approximate='tanh'), on the GPU, and its
+ * bf16 twins.  Mirrors cpu/gelu.c: out = 0.5 x (1 + tanh(sqrt(2/pi) (x +
+ * 0.044715 x^3))), flow_gelu and flow_gelu_slope of cuda_internal.h.
+ * Element-wise grid-stride loops, one template over the activations'
+ * element type. */
 #include <config.h>
 
 #include "cuda_internal.h"
 
 #define GELU_THREADS 256
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_COEF 0.044715f
 
-static __global__ void gelu_forward_kernel(float *__restrict__ out,
-					   const float *__restrict__ inp,
-					   size_t n)
+template <typename T>
+static __global__ void gelu_forward_kernel(T *__restrict__ out,
+					   const T *__restrict__ inp, size_t n)
 {
 	const size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride) {
-		const float x = inp[i];
-		const float cube = GELU_COEF * x * x * x;
-		out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)));
-	}
+	     i += stride)
+		flow_store(&out[i], flow_gelu(flow_load(&inp[i])));
 }
 
-static __global__ void gelu_backward_kernel(float *__restrict__ dinp,
-					    const float *__restrict__ inp,
-					    const float *__restrict__ dout,
+template <typename T>
+static __global__ void gelu_backward_kernel(T *__restrict__ dinp,
+					    const T *__restrict__ inp,
+					    const T *__restrict__ dout,
 					    size_t n)
 {
 	const size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-	     i += stride) {
-		const float x = inp[i];
-		const float cube = GELU_COEF * x * x * x;
-		const float tanh_arg = GELU_SCALE * (x + cube);
-		const float tanh_out = tanhf(tanh_arg);
-		const float sech2 = 1.0f - tanh_out * tanh_out;
-		const float grad =
-			0.5f * (1.0f + tanh_out) +
-			x * 0.5f * sech2 * GELU_SCALE *
-				(1.0f + 3.0f * GELU_COEF * x * x);
-		dinp[i] += grad * dout[i];
-	}
+	     i += stride)
+		flow_accumulate(&dinp[i], flow_gelu_slope(flow_load(&inp[i])) *
+						  flow_load(&dout[i]));
 }
 
-flow_err_t flow_cuda_gelu_forward(float *out, const float *inp, size_t n,
-				  flow_diag_t *diag, cudaStream_t stream)
+template <typename T>
+static flow_err_t gelu_forward(T *out, const T *inp, size_t n,
+			       flow_diag_t *diag, cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
 	if (n == 0)
@@ -57,9 +46,10 @@ out:
 	return err;
 }
 
-flow_err_t flow_cuda_gelu_backward(float *dinp, const float *inp,
-				   const float *dout, size_t n,
-				   flow_diag_t *diag, cudaStream_t stream)
+template <typename T>
+static flow_err_t gelu_backward(T *dinp, const T *inp, const T *dout,
+				size_t n, flow_diag_t *diag,
+				cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
 	if (n == 0)
@@ -69,4 +59,34 @@ flow_err_t flow_cuda_gelu_backward(float *dinp, const float *inp,
 	FLOW_CUDA_LAUNCH_TRY(out);
 out:
 	return err;
+}
+
+flow_err_t flow_cuda_gelu_forward(float *out, const float *inp, size_t n,
+				  flow_diag_t *diag, cudaStream_t stream)
+{
+	return gelu_forward(out, inp, n, diag, stream);
+}
+
+flow_err_t flow_cuda_gelu_backward(float *dinp, const float *inp,
+				   const float *dout, size_t n,
+				   flow_diag_t *diag, cudaStream_t stream)
+{
+	return gelu_backward(dinp, inp, dout, n, diag, stream);
+}
+
+flow_err_t flow_cuda_gelu_bf16_forward(flow_bf16_t *out,
+				       const flow_bf16_t *inp, size_t n,
+				       flow_diag_t *diag, cudaStream_t stream)
+{
+	return gelu_forward(flow_cuda__bf16(out), flow_cuda__bf16(inp), n, diag,
+			    stream);
+}
+
+flow_err_t flow_cuda_gelu_bf16_backward(flow_bf16_t *dinp,
+					const flow_bf16_t *inp,
+					const flow_bf16_t *dout, size_t n,
+					flow_diag_t *diag, cudaStream_t stream)
+{
+	return gelu_backward(flow_cuda__bf16(dinp), flow_cuda__bf16(inp),
+			     flow_cuda__bf16(dout), n, diag, stream);
 }

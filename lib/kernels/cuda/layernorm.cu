@@ -1,5 +1,8 @@
-/* LayerNorm over the last dimension on the GPU, and its forward fused with
- * the residual add before it.  Mirrors cpu/layernorm.c.
+/* LayerNorm over the last dimension on the GPU, its forward fused with the
+ * residual add before it, and their bf16 twins (the normalised output, its
+ * gradient and the add's branch bf16; the input, the residual stream and
+ * the statistics fp32), one template over those operands' element type.
+ * Mirrors cpu/layernorm.c.
  *
  * Forward and the dinp part of backward give one warp to each row (lanes
  * stride the channels, so each warp reads contiguous 128-byte segments); the
@@ -16,12 +19,13 @@
 
 /* One warp per row.  With RESIDUAL the row is first res = a + b (each
  * lane writes and then reads back only its own channels, so no barrier),
- * as residual_forward's one float addition; otherwise it is inp. */
-template <bool RESIDUAL>
+ * as residual_forward's one float addition; otherwise it is inp.  TB is
+ * the element type of b, TO of out. */
+template <bool RESIDUAL, typename TB, typename TO>
 static __global__ void layernorm_forward_kernel(
-	float *__restrict__ out, float *__restrict__ mean,
+	TO *__restrict__ out, float *__restrict__ mean,
 	float *__restrict__ rstd, float *res, const float *inp,
-	const float *__restrict__ b, const float *__restrict__ weight,
+	const TB *__restrict__ b, const float *__restrict__ weight,
 	const float *__restrict__ bias, size_t n, size_t C)
 {
 	const unsigned lane = threadIdx.x & 31;
@@ -29,12 +33,13 @@ static __global__ void layernorm_forward_kernel(
 	for (size_t r = (size_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
 	     r < n; r += row_stride) {
 		const float *x = RESIDUAL ? res + r * C : inp + r * C;
-		float *y = out + r * C;
+		TO *y = out + r * C;
 		double sum = 0.0;
 		for (size_t c = lane; c < C; c += 32) {
 			if (RESIDUAL) {
-				const float v = __fadd_rn(inp[r * C + c],
-							  b[r * C + c]);
+				const float v =
+					__fadd_rn(inp[r * C + c],
+						  flow_load(&b[r * C + c]));
 				res[r * C + c] = v;
 				sum += v;
 			} else {
@@ -55,7 +60,8 @@ static __global__ void layernorm_forward_kernel(
 			/* (x - m) * s * w + b, rounded step by step as the CPU
 			 * reference (no FMA contraction). */
 			const float norm = __fmul_rn(__fsub_rn(x[c], m), s);
-			y[c] = __fadd_rn(__fmul_rn(norm, weight[c]), bias[c]);
+			flow_store(&y[c], __fadd_rn(__fmul_rn(norm, weight[c]),
+						    bias[c]));
 		}
 		if (lane == 0) {
 			if (mean)
@@ -70,11 +76,11 @@ static __global__ void layernorm_forward_kernel(
  * RESIDUAL, dinp is the residual stream's gradient dres, and each element
  * once summed is added into da and db (each optional), as
  * residual_backward's one float addition each: the lane that wrote it
- * reads it, so no barrier. */
-template <bool RESIDUAL>
+ * reads it, so no barrier.  TD is the element type of dout and db. */
+template <bool RESIDUAL, typename TD>
 static __global__ void layernorm_dinp_kernel(
 	float *__restrict__ dinp, float *__restrict__ da,
-	float *__restrict__ db, const float *__restrict__ dout,
+	TD *__restrict__ db, const TD *__restrict__ dout,
 	const float *__restrict__ inp, const float *__restrict__ weight,
 	const float *__restrict__ mean, const float *__restrict__ rstd,
 	size_t n, size_t C)
@@ -84,13 +90,14 @@ static __global__ void layernorm_dinp_kernel(
 	for (size_t r = (size_t)blockIdx.x * LN_WARPS + (threadIdx.x >> 5);
 	     r < n; r += row_stride) {
 		const float *x = inp + r * C;
-		const float *dy = dout + r * C;
+		const TD *dy = dout + r * C;
 		float *dx = dinp + r * C;
 		const float m = mean[r], s = rstd[r];
 		double a = 0.0, b = 0.0;
 		for (size_t c = lane; c < C; c += 32) {
 			const float norm = __fmul_rn(__fsub_rn(x[c], m), s);
-			const float dnorm = __fmul_rn(dy[c], weight[c]);
+			const float dnorm =
+				__fmul_rn(flow_load(&dy[c]), weight[c]);
 			a += dnorm;
 			b += __fmul_rn(dnorm, norm);
 		}
@@ -99,7 +106,8 @@ static __global__ void layernorm_dinp_kernel(
 			(float)(flow_warp_sum_d(b) / (double)C);
 		for (size_t c = lane; c < C; c += 32) {
 			const float norm = __fmul_rn(__fsub_rn(x[c], m), s);
-			const float dnorm = __fmul_rn(dy[c], weight[c]);
+			const float dnorm =
+				__fmul_rn(flow_load(&dy[c]), weight[c]);
 			float d = __fsub_rn(dnorm, dnorm_mean);
 			d = __fsub_rn(d, __fmul_rn(norm, dnorm_norm_mean));
 			const float g = __fadd_rn(dx[c], __fmul_rn(d, s));
@@ -107,7 +115,7 @@ static __global__ void layernorm_dinp_kernel(
 			if (RESIDUAL && da)
 				da[r * C + c] = __fadd_rn(da[r * C + c], g);
 			if (RESIDUAL && db)
-				db[r * C + c] = __fadd_rn(db[r * C + c], g);
+				flow_accumulate(&db[r * C + c], g);
 		}
 	}
 }
@@ -115,9 +123,10 @@ static __global__ void layernorm_dinp_kernel(
 /* dweight[c] += sum_r dout[r,c] * norm[r,c]; dbias[c] += sum_r dout[r,c].
  * Block (32, LN_COLS_ROWS) owns 32 columns; thread y takes rows y,
  * y + LN_COLS_ROWS, ... in order; partials are combined in y order. */
+template <typename TD>
 static __global__ void layernorm_dparams_kernel(
 	float *__restrict__ dweight, float *__restrict__ dbias,
-	const float *__restrict__ dout, const float *__restrict__ inp,
+	const TD *__restrict__ dout, const float *__restrict__ inp,
 	const float *__restrict__ mean, const float *__restrict__ rstd,
 	size_t n, size_t C)
 {
@@ -127,7 +136,7 @@ static __global__ void layernorm_dparams_kernel(
 	double aw = 0.0, ab = 0.0;
 	if (c < C) {
 		for (size_t r = threadIdx.y; r < n; r += LN_COLS_ROWS) {
-			const float dy = dout[r * C + c];
+			const float dy = flow_load(&dout[r * C + c]);
 			const float norm = __fmul_rn(
 				__fsub_rn(inp[r * C + c], mean[r]), rstd[r]);
 			aw += __fmul_rn(dy, norm);
@@ -150,21 +159,45 @@ static __global__ void layernorm_dparams_kernel(
 	}
 }
 
-flow_err_t flow_cuda_layernorm_forward(float *out, float *mean, float *rstd,
-				       const float *inp, const float *weight,
-				       const float *bias, size_t n, size_t C,
-				       flow_diag_t *diag, cudaStream_t stream)
+template <bool RESIDUAL, typename TB, typename TO>
+static flow_err_t layernorm_forward(float *res, TO *out, float *mean,
+				    float *rstd, const float *inp, const TB *b,
+				    const float *weight, const float *bias,
+				    size_t n, size_t C, flow_diag_t *diag,
+				    cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
 
 	if (n == 0 || C == 0)
 		return FLOW_OK;
-	layernorm_forward_kernel<false>
+	layernorm_forward_kernel<RESIDUAL, TB, TO>
 		<<<flow_cuda__grid(n, LN_WARPS), LN_WARPS * 32, 0, stream>>>(
-			out, mean, rstd, NULL, inp, NULL, weight, bias, n, C);
+			out, mean, rstd, res, inp, b, weight, bias, n, C);
 	FLOW_CUDA_LAUNCH_TRY(out);
 out:
 	return err;
+}
+
+flow_err_t flow_cuda_layernorm_forward(float *out, float *mean, float *rstd,
+				       const float *inp, const float *weight,
+				       const float *bias, size_t n, size_t C,
+				       flow_diag_t *diag, cudaStream_t stream)
+{
+	return layernorm_forward<false>(NULL, out, mean, rstd, inp,
+					(const float *)NULL, weight, bias, n,
+					C, diag, stream);
+}
+
+flow_err_t flow_cuda_layernorm_bf16_forward(flow_bf16_t *out, float *mean,
+					    float *rstd, const float *inp,
+					    const float *weight,
+					    const float *bias, size_t n,
+					    size_t C, flow_diag_t *diag,
+					    cudaStream_t stream)
+{
+	return layernorm_forward<false>(NULL, flow_cuda__bf16(out), mean, rstd,
+					inp, (const __nv_bfloat16 *)NULL,
+					weight, bias, n, C, diag, stream);
 }
 
 flow_err_t flow_cuda_residual_layernorm_forward(
@@ -172,24 +205,27 @@ flow_err_t flow_cuda_residual_layernorm_forward(
 	const float *b, const float *weight, const float *bias, size_t n,
 	size_t C, flow_diag_t *diag, cudaStream_t stream)
 {
-	flow_err_t err = FLOW_OK;
+	return layernorm_forward<true>(res, out, mean, rstd, a, b, weight, bias,
+				       n, C, diag, stream);
+}
 
-	if (n == 0 || C == 0)
-		return FLOW_OK;
-	layernorm_forward_kernel<true>
-		<<<flow_cuda__grid(n, LN_WARPS), LN_WARPS * 32, 0, stream>>>(
-			out, mean, rstd, res, a, b, weight, bias, n, C);
-	FLOW_CUDA_LAUNCH_TRY(out);
-out:
-	return err;
+flow_err_t flow_cuda_residual_layernorm_bf16_forward(
+	float *res, flow_bf16_t *out, float *mean, float *rstd, const float *a,
+	const flow_bf16_t *b, const float *weight, const float *bias, size_t n,
+	size_t C, flow_diag_t *diag, cudaStream_t stream)
+{
+	return layernorm_forward<true>(res, flow_cuda__bf16(out), mean, rstd, a,
+				       flow_cuda__bf16(b), weight, bias, n, C,
+				       diag, stream);
 }
 
 /* The layernorm's backward (dinp, then the parameters' column sums),
  * with the residual add's backward fused into the dinp pass when da or db
  * is given. */
-static flow_err_t layernorm_backward(float *dinp, float *da, float *db,
+template <typename TD>
+static flow_err_t layernorm_backward(float *dinp, float *da, TD *db,
 				     float *dweight, float *dbias,
-				     const float *dout, const float *inp,
+				     const TD *dout, const float *inp,
 				     const float *weight, const float *mean,
 				     const float *rstd, size_t n, size_t C,
 				     flow_diag_t *diag, cudaStream_t stream)
@@ -200,13 +236,13 @@ static flow_err_t layernorm_backward(float *dinp, float *da, float *db,
 	if (n == 0 || C == 0)
 		return FLOW_OK;
 	if (dinp && (da || db)) {
-		layernorm_dinp_kernel<true><<<flow_cuda__grid(n, LN_WARPS),
-					      LN_WARPS * 32, 0, stream>>>(
+		layernorm_dinp_kernel<true, TD><<<flow_cuda__grid(n, LN_WARPS),
+						  LN_WARPS * 32, 0, stream>>>(
 			dinp, da, db, dout, inp, weight, mean, rstd, n, C);
 		FLOW_CUDA_LAUNCH_TRY(out);
 	} else if (dinp) {
-		layernorm_dinp_kernel<false><<<flow_cuda__grid(n, LN_WARPS),
-					       LN_WARPS * 32, 0, stream>>>(
+		layernorm_dinp_kernel<false, TD><<<flow_cuda__grid(n, LN_WARPS),
+						   LN_WARPS * 32, 0, stream>>>(
 			dinp, NULL, NULL, dout, inp, weight, mean, rstd, n, C);
 		FLOW_CUDA_LAUNCH_TRY(out);
 	}
@@ -214,9 +250,10 @@ static flow_err_t layernorm_backward(float *dinp, float *da, float *db,
 		FLOW_TRY(flow_cuda__check_size(diag, __func__, "C", C,
 					       (size_t)INT_MAX * 32),
 			 out);
-		layernorm_dparams_kernel<<<(unsigned)flow_cuda__ceil_div(C, 32),
-					   block, 0, stream>>>(
-			dweight, dbias, dout, inp, mean, rstd, n, C);
+		layernorm_dparams_kernel<TD>
+			<<<(unsigned)flow_cuda__ceil_div(C, 32), block, 0,
+			   stream>>>(dweight, dbias, dout, inp, mean, rstd, n,
+				     C);
 		FLOW_CUDA_LAUNCH_TRY(out);
 	}
 out:
@@ -230,8 +267,24 @@ flow_err_t flow_cuda_layernorm_backward(float *dinp, float *dweight,
 					size_t n, size_t C, flow_diag_t *diag,
 					cudaStream_t stream)
 {
-	return layernorm_backward(dinp, NULL, NULL, dweight, dbias, dout, inp,
-				  weight, mean, rstd, n, C, diag, stream);
+	return layernorm_backward(dinp, NULL, (float *)NULL, dweight, dbias,
+				  dout, inp, weight, mean, rstd, n, C, diag,
+				  stream);
+}
+
+flow_err_t flow_cuda_layernorm_bf16_backward(float *dinp, float *dweight,
+					     float *dbias,
+					     const flow_bf16_t *dout,
+					     const float *inp,
+					     const float *weight,
+					     const float *mean,
+					     const float *rstd, size_t n,
+					     size_t C, flow_diag_t *diag,
+					     cudaStream_t stream)
+{
+	return layernorm_backward(dinp, NULL, (__nv_bfloat16 *)NULL, dweight,
+				  dbias, flow_cuda__bf16(dout), inp, weight,
+				  mean, rstd, n, C, diag, stream);
 }
 
 flow_err_t flow_cuda_layernorm_residual_backward(
@@ -242,4 +295,15 @@ flow_err_t flow_cuda_layernorm_residual_backward(
 {
 	return layernorm_backward(dres, da, db, dweight, dbias, dout, res,
 				  weight, mean, rstd, n, C, diag, stream);
+}
+
+flow_err_t flow_cuda_layernorm_residual_bf16_backward(
+	float *dres, float *da, flow_bf16_t *db, float *dweight, float *dbias,
+	const flow_bf16_t *dout, const float *res, const float *weight,
+	const float *mean, const float *rstd, size_t n, size_t C,
+	flow_diag_t *diag, cudaStream_t stream)
+{
+	return layernorm_backward(dres, da, flow_cuda__bf16(db), dweight, dbias,
+				  flow_cuda__bf16(dout), res, weight, mean,
+				  rstd, n, C, diag, stream);
 }

@@ -9,11 +9,10 @@
  * column-major (c x r) matrix with leading dimension ld, its transpose.  So
  * every row-major product P = X . Y is issued as P^T = Y^T . X^T.
  *
- * The bf16 form (mixed precision) rounds the operands into the executor's
- * scratch and runs the same products through cublasGemmEx: see the end. */
+ * The bf16 twins (mixed precision) run the same products on the bf16
+ * activations in place, with the weight rounded to bf16 into the
+ * executor's scratch once per call: see the end. */
 #include <config.h>
-
-#include <cuda_bf16.h>
 
 #include "cuda_internal.h"
 
@@ -62,7 +61,7 @@ static uint32_t common_alignment(const void *a, const void *b, const void *c,
  * no bits. */
 struct lt_pick {
 	cublasLtHandle_t lt; /* per device */
-	cudaDataType_t type;
+	cudaDataType_t type, out_type;
 	size_t m, n, k;
 	uint32_t align;      /* of a, b, d and the pre-activation */
 	uint32_t bias_align; /* which the heuristic reads off the pointer */
@@ -80,8 +79,10 @@ void flow_cuda__lt_picks_forget(void)
 	lt_npicks = 0;
 }
 
-/* Forward GEMMs with a bias or a GELU, by the way they ran. */
+/* Forward GEMMs with a bias or a GELU, by the way they ran; and whether
+ * they may fuse them (flow_cuda_matmul_use_epilogue). */
 static thread_local uint64_t lt_fused, lt_two_pass;
+static thread_local bool lt_epilogue = true;
 
 void flow_cuda_matmul_epilogue_counts(uint64_t *fused, uint64_t *two_pass)
 {
@@ -89,11 +90,17 @@ void flow_cuda_matmul_epilogue_counts(uint64_t *fused, uint64_t *two_pass)
 	*two_pass = lt_two_pass;
 }
 
+void flow_cuda_matmul_use_epilogue(bool on)
+{
+	lt_epilogue = on;
+}
+
 static lt_pick *lt_pick_find(const lt_pick *key)
 {
 	for (int i = 0; i < lt_npicks; i++) {
 		lt_pick *p = &lt_picks[i];
-		if (p->lt == key->lt && p->type == key->type && p->m == key->m &&
+		if (p->lt == key->lt && p->type == key->type &&
+		    p->out_type == key->out_type && p->m == key->m &&
 		    p->n == key->n && p->k == key->k && p->align == key->align &&
 		    p->bias_align == key->bias_align &&
 		    p->epilogue == key->epilogue)
@@ -106,16 +113,19 @@ static lt_pick *lt_pick_find(const lt_pick *key)
  * and B k x n (out^T = W^T . inp^T of a row-major matmul), + bias[m] on
  * every column when bias; with pre, that sum goes to pre (the
  * pre-activation) and its GELU to D.  In one pass through cuBLASLt's
- * epilogue (BIAS, GELU_AUX or GELU_AUX_BIAS), which applies them as each
- * tile is written; A and B are of type (fp32 or bf16), D, the bias and
- * the sums fp32 (CUBLAS_COMPUTE_32F: true fp32 for fp32 operands, no
- * TF32).  *done is false, and nothing written, when cuBLASLt has no
- * algorithm for the shape and the buffers' alignment, or the bias is
- * under-aligned: the caller then runs the GEMM and the passes after it. */
-static flow_err_t gemm_lt(cudaDataType_t type, size_t m, size_t n, size_t k,
-			  const void *a, const void *b, const float *bias,
-			  float *d, float *pre, bool *done, flow_diag_t *diag,
-			  cudaStream_t stream)
+ * epilogue (BIAS, GELU_AUX or GELU_AUX_BIAS), which applies them to the
+ * fp32 sums as each tile is written; A and B are of type (fp32 or bf16),
+ * D, pre and the bias of out_type (fp32, or bf16: D and pre rounded once
+ * from the fp32 sum; a bias of D's type is what cublasLt.h documents)
+ * (CUBLAS_COMPUTE_32F: true fp32 for fp32 operands, no TF32).  *done is
+ * false, and nothing written, when cuBLASLt
+ * has no algorithm for the types, the shape and the buffers' alignment,
+ * or the bias is under-aligned: the caller then runs the GEMM and the
+ * passes after it. */
+static flow_err_t gemm_lt(cudaDataType_t type, cudaDataType_t out_type,
+			  size_t m, size_t n, size_t k, const void *a,
+			  const void *b, const void *bias, void *d, void *pre,
+			  bool *done, flow_diag_t *diag, cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
 	cublasLtHandle_t lt = NULL;
@@ -135,6 +145,7 @@ static flow_err_t gemm_lt(cudaDataType_t type, size_t m, size_t n, size_t k,
 	const uint32_t align = common_alignment(a, b, d, pre ? pre : d);
 	int count = 0;
 	const float one = 1.0f, zero = 0.0f;
+	cublasStatus_t ran;
 
 	*done = false;
 	/* Nor may it be told the bias's alignment, and its epilogues load
@@ -142,7 +153,7 @@ static flow_err_t gemm_lt(cudaDataType_t type, size_t m, size_t n, size_t k,
 	 * larger vector) takes the two-pass way; so does a pre-activation
 	 * whose leading dimension is not a multiple of 8, as GELU_AUX
 	 * requires. */
-	if ((uintptr_t)bias % 16 != 0 || (pre && m % 8 != 0))
+	if (!lt_epilogue || (uintptr_t)bias % 16 != 0 || (pre && m % 8 != 0))
 		return FLOW_OK;
 	FLOW_TRY(flow_cuda__cublaslt(&lt, &ws, stream, diag), out);
 	FLOW_CUBLAS_TRY(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F,
@@ -178,10 +189,10 @@ static flow_err_t gemm_lt(cudaDataType_t type, size_t m, size_t n, size_t k,
 			out);
 	FLOW_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lb, type, k, n, (int64_t)k),
 			out);
-	FLOW_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n,
+	FLOW_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&ld, out_type, m, n,
 						   (int64_t)m),
 			out);
-	key = lt_pick{ lt, type, m, n, k, align,
+	key = lt_pick{ lt, type, out_type, m, n, k, align,
 		       bias ? common_alignment(bias, bias, bias, bias) : 0u,
 		       epilogue, false, {} };
 	pick = lt_pick_find(&key);
@@ -209,15 +220,23 @@ static flow_err_t gemm_lt(cudaDataType_t type, size_t m, size_t n, size_t k,
 		    count > 0;
 	if (key.found)
 		key.algo = found.algo;
-	if (lt_npicks < LT_PICKS)
-		lt_picks[lt_npicks++] = key;
 	pick = &key;
-	if (!key.found)
+	if (lt_npicks < LT_PICKS) {
+		lt_picks[lt_npicks] = key;
+		pick = &lt_picks[lt_npicks++];
+	}
+	if (!pick->found)
 		goto out;
 run:
-	FLOW_CUBLAS_TRY(cublasLtMatmul(lt, op, &one, a, la, b, lb, &zero, d, ld,
-				       d, ld, &pick->algo, ws, ws_bytes, stream),
-			out);
+	ran = cublasLtMatmul(lt, op, &one, a, la, b, lb, &zero, d, ld, d, ld,
+			     &pick->algo, ws, ws_bytes, stream);
+	if (ran == CUBLAS_STATUS_NOT_SUPPORTED) {
+		/* Offered by the heuristic, refused when run: no algorithm
+		 * after all, nothing ran. */
+		pick->found = false;
+		goto out;
+	}
+	FLOW_CUBLAS_TRY(ran, out);
 	FLOW_TRY(flow_cuda__cublaslt_used(stream, diag), out);
 	*done = true;
 out:
@@ -234,33 +253,62 @@ out:
 	return err;
 }
 
-/* The forward GEMM of gemm_lt, with its bias and, with pre, its GELU:
- * through cuBLASLt where it can, else cuBLAS's GEMM (cublasSgemm, or
- * cublasGemmEx on bf16 operands; defined with the bf16 path below), the
- * bias pass and the GELU kernel. */
-static flow_err_t gemm_forward(cudaDataType_t type, size_t m, size_t n,
-			       size_t k, const void *a, const void *b,
-			       const float *bias, float *d, float *pre,
-			       flow_diag_t *diag, cudaStream_t stream);
+/* The fp32 forward GEMM of gemm_lt, with its bias and, with pre, its
+ * GELU: through cuBLASLt where it can, else cublasSgemm, the bias pass
+ * and the GELU kernel. */
+static flow_err_t gemm_forward(size_t m, size_t n, size_t k, const float *a,
+			       const float *b, const float *bias, float *d,
+			       float *pre, flow_diag_t *diag,
+			       cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	cublasHandle_t h = NULL;
+	const float one = 1.0f, zero = 0.0f;
+	float *sum = pre ? pre : d;
+	bool done = false;
+
+	if (bias || pre) {
+		FLOW_TRY(gemm_lt(CUDA_R_32F, CUDA_R_32F, m, n, k, a, b, bias,
+				 d, pre, &done, diag, stream),
+			 out);
+		++*(done ? &lt_fused : &lt_two_pass);
+	}
+	if (done)
+		return FLOW_OK;
+	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
+	FLOW_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n,
+				    (int)k, &one, a, (int)k, b, (int)k, &zero,
+				    sum, (int)m),
+			out);
+	if (bias)
+		FLOW_TRY(add_bias(sum, bias, n, m, diag, stream), out);
+	if (pre)
+		FLOW_TRY(flow_cuda_gelu_forward(d, pre, n * m, diag, stream),
+			 out);
+out:
+	return err;
+}
 
 /* Rows of each block column pass in dbias_kernel: block (32, ROWS). */
 #define DBIAS_ROWS 32
 
-/* dbias[c] += sum over r of dout[r, c].  Block (32, DBIAS_ROWS) owns 32
- * consecutive columns (one per lane, so each warp reads 128 contiguous bytes
- * of a row); thread y sums rows y, y + DBIAS_ROWS, ... in increasing order,
- * then the DBIAS_ROWS partial sums are added in y order.  The partition
- * depends only on n, so the result is deterministic. */
+/* dbias[c] += sum over r of dout[r, c], dout fp32 or bf16.  Block (32,
+ * DBIAS_ROWS) owns 32 consecutive columns (one per lane, so each warp
+ * reads a contiguous segment of a row); thread y sums rows y,
+ * y + DBIAS_ROWS, ... in increasing order, then the DBIAS_ROWS partial sums
+ * are added in y order.  The partition depends only on n, so the result is
+ * deterministic. */
+template <typename T>
 static __global__ void column_sum_kernel(float *__restrict__ dbias,
-					 const float *__restrict__ dout,
-					 size_t n, size_t out_dim)
+					 const T *__restrict__ dout, size_t n,
+					 size_t out_dim)
 {
 	__shared__ float part[DBIAS_ROWS][33];
 	const size_t c = (size_t)blockIdx.x * 32 + threadIdx.x;
 	float acc = 0.0f;
 	if (c < out_dim)
 		for (size_t r = threadIdx.y; r < n; r += DBIAS_ROWS)
-			acc += dout[r * out_dim + c];
+			acc += flow_load(&dout[r * out_dim + c]);
 	part[threadIdx.y][threadIdx.x] = acc;
 	__syncthreads();
 	if (threadIdx.y == 0 && c < out_dim) {
@@ -269,6 +317,21 @@ static __global__ void column_sum_kernel(float *__restrict__ dbias,
 			sum += part[y][threadIdx.x];
 		dbias[c] += sum;
 	}
+}
+
+template <typename T>
+static flow_err_t column_sum(float *dbias, const T *dout, size_t n,
+			     size_t out_dim, flow_diag_t *diag,
+			     cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+	const dim3 block(32, DBIAS_ROWS);
+
+	column_sum_kernel<<<(unsigned)flow_cuda__ceil_div(out_dim, 32), block,
+			    0, stream>>>(dbias, dout, n, out_dim);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
 }
 
 /* Every size must fit the int that cublasSgemm takes; func names the caller
@@ -313,8 +376,8 @@ static flow_err_t fp32_forward(float *out, float *pre, const float *inp,
 				 out);
 	} else {
 		/* out^T (o x n) = W (o x i, stored as i x o) ^T . inp^T (i x n) */
-		FLOW_TRY(gemm_forward(CUDA_R_32F, out_dim, n, in_dim, weight,
-				      inp, bias, out, pre, diag, stream),
+		FLOW_TRY(gemm_forward(out_dim, n, in_dim, weight, inp, bias,
+				      out, pre, diag, stream),
 			 out);
 	}
 out:
@@ -330,6 +393,16 @@ flow_err_t flow_cuda_matmul_forward(float *out, const float *inp,
 			    __func__, diag, stream);
 }
 
+flow_err_t flow_cuda_matmul_gelu_forward(float *pre, float *out,
+					 const float *inp, const float *weight,
+					 const float *bias, size_t n,
+					 size_t in_dim, size_t out_dim,
+					 flow_diag_t *diag, cudaStream_t stream)
+{
+	return fp32_forward(out, pre, inp, weight, bias, n, in_dim, out_dim,
+			    __func__, diag, stream);
+}
+
 flow_err_t flow_cuda_matmul_backward(float *dinp, float *dweight, float *dbias,
 				     const float *dout, const float *inp,
 				     const float *weight, size_t n,
@@ -339,7 +412,6 @@ flow_err_t flow_cuda_matmul_backward(float *dinp, float *dweight, float *dbias,
 	flow_err_t err = FLOW_OK;
 	cublasHandle_t h = NULL;
 	const float one = 1.0f;
-	dim3 block(32, DBIAS_ROWS);
 
 	/* Every gradient is a sum over n rows or over out_dim columns: with
 	 * either empty, nothing is added.  in_dim == 0 leaves dinp and dweight
@@ -367,11 +439,9 @@ flow_err_t flow_cuda_matmul_backward(float *dinp, float *dweight, float *dbias,
 					    (int)in_dim),
 				out);
 	}
-	if (dbias) {
-		column_sum_kernel<<<(unsigned)flow_cuda__ceil_div(out_dim, 32),
-				    block, 0, stream>>>(dbias, dout, n, out_dim);
-		FLOW_CUDA_LAUNCH_TRY(out);
-	}
+	if (dbias)
+		FLOW_TRY(column_sum(dbias, dout, n, out_dim, diag, stream),
+			 out);
 out:
 	return err;
 }
@@ -403,15 +473,23 @@ out:
 	return err;
 }
 
-/* ---- bf16 GEMM operands ---------------------------------------------------- */
-/* The operands rounded to bf16 into scratch (round to nearest even, as the
- * CPU's flow_round_bf16), then cublasGemmEx on them with fp32 output and
- * CUBLAS_COMPUTE_32F (tensor cores, fp32 accumulation); one panel of rows
- * at a time, as the host sets, in FLOW_CUDA_BF16_PANEL elements. */
+/* ---- bf16 twins --------------------------------------------------------- */
+/* The activations are read and written in bf16 where they lie; the weight
+ * and the bias are rounded to bf16 into scratch once per call (round to
+ * nearest even, as the CPU's flow_bf16_narrow); every product is summed
+ * in fp32 (CUBLAS_COMPUTE_32F: the tensor cores).  Forward, the bias and
+ * the GELU go in cuBLASLt's epilogue, on the fp32 sums, rounded once to
+ * bf16; where cuBLASLt has no algorithm for that, the GEMM writes fp32
+ * sums into a panel of scratch, FLOW_CUDA_BF16_PANEL elements of rows at
+ * a time (flow_matmul_bf16_panel_rows), and one pass adds the bias,
+ * takes the GELU and rounds: the same arithmetic.  Backward, dinp
+ * accumulates in bf16 through the GEMM's beta = 1 (its fp32 sum rounded
+ * once), dweight in fp32, and dbias is the column sums of the bf16 dout. */
 
-/* Elements of one panel's rounded rows: 128 MiB of bf16, so that even the
- * logits' GEMMs of a GPT-2 batch run in panels of hundreds of rows. */
-#define FLOW_CUDA_BF16_PANEL ((size_t)1 << 26)
+/* Elements of the fallback's fp32 panel (64 MiB): the rows of one panel
+ * take at most this many elements of each of inp and dout (the panel rule
+ * of flow/kernels.h). */
+#define FLOW_CUDA_BF16_PANEL ((size_t)1 << 24)
 
 static __global__ void round_bf16_kernel(__nv_bfloat16 *__restrict__ out,
 					 const float *__restrict__ in, size_t n)
@@ -419,89 +497,89 @@ static __global__ void round_bf16_kernel(__nv_bfloat16 *__restrict__ out,
 	const size_t stride = (size_t)gridDim.x * blockDim.x;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += stride)
-		out[i] = __float2bfloat16_rn(in[i]);
+		flow_store(&out[i], in[i]);
 }
 
-flow_err_t flow_cuda__round_bf16(__nv_bfloat16 *out, const float *in,
-				 size_t n, flow_diag_t *diag,
-				 cudaStream_t stream)
+/* n elements of a weight or bias rounded to bf16 into w. */
+static flow_err_t round_weight(__nv_bfloat16 *w, const float *weight,
+			       size_t n, flow_diag_t *diag,
+			       cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
 
-	if (n == 0)
-		return FLOW_OK;
 	round_bf16_kernel<<<flow_cuda__grid(n, 256 * 4), 256, 0, stream>>>(
-		out, in, n);
+		w, weight, n);
+	FLOW_CUDA_LAUNCH_TRY(out);
+out:
+	return err;
+}
+
+/* What the GELU_AUX(_BIAS) and BIAS epilogues write, from fp32 sums:
+ * s = sum + bias[col] over rows x cols (sum NULL: an empty sum, 0; bias
+ * optional); out = bf16(s), or with pre, pre = bf16(s) and
+ * out = bf16(gelu(s)). */
+static __global__ void bf16_epilogue_kernel(__nv_bfloat16 *__restrict__ out,
+					    __nv_bfloat16 *__restrict__ pre,
+					    const float *__restrict__ sum,
+					    const __nv_bfloat16 *__restrict__ bias,
+					    size_t rows, size_t cols)
+{
+	const size_t total = rows * cols;
+	const size_t stride = (size_t)gridDim.x * blockDim.x;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	     i < total; i += stride) {
+		float s = sum ? sum[i] : 0.0f;
+		if (bias)
+			s += __bfloat162float(bias[i % cols]);
+		if (pre) {
+			flow_store(&pre[i], s);
+			s = flow_gelu(s);
+		}
+		flow_store(&out[i], s);
+	}
+}
+
+static flow_err_t bf16_epilogue(__nv_bfloat16 *out, __nv_bfloat16 *pre,
+				const float *sum, const __nv_bfloat16 *bias,
+				size_t rows, size_t cols, flow_diag_t *diag,
+				cudaStream_t stream)
+{
+	flow_err_t err = FLOW_OK;
+
+	bf16_epilogue_kernel<<<flow_cuda__grid(rows * cols, 256 * 4), 256, 0,
+			       stream>>>(out, pre, sum, bias, rows, cols);
 	FLOW_CUDA_LAUNCH_TRY(out);
 out:
 	return err;
 }
 
 /* Column-major C (m x n, ldc) = op(A) . op(B) + beta C on bf16 A and B,
- * fp32 C, summed in fp32 (CUBLAS_COMPUTE_32F: the tensor cores). */
+ * C of type ct, summed in fp32 (CUBLAS_COMPUTE_32F: the tensor cores); a
+ * bf16 C is read, added to and rounded once. */
 static flow_err_t gemm_bf16(cublasHandle_t h, cublasOperation_t opa,
 			    cublasOperation_t opb, size_t m, size_t n,
 			    size_t k, const __nv_bfloat16 *a, size_t lda,
 			    const __nv_bfloat16 *b, size_t ldb, float beta,
-			    float *c, size_t ldc, flow_diag_t *diag)
+			    void *c, cudaDataType_t ct, size_t ldc,
+			    flow_diag_t *diag)
 {
 	flow_err_t err = FLOW_OK;
 	const float one = 1.0f;
 
 	FLOW_CUBLAS_TRY(cublasGemmEx(h, opa, opb, (int)m, (int)n, (int)k, &one,
 				     a, CUDA_R_16BF, (int)lda, b, CUDA_R_16BF,
-				     (int)ldb, &beta, c, CUDA_R_32F, (int)ldc,
+				     (int)ldb, &beta, c, ct, (int)ldc,
 				     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 			out);
 out:
 	return err;
 }
 
-static flow_err_t gemm_forward(cudaDataType_t type, size_t m, size_t n,
-			       size_t k, const void *a, const void *b,
-			       const float *bias, float *d, float *pre,
-			       flow_diag_t *diag, cudaStream_t stream)
-{
-	flow_err_t err = FLOW_OK;
-	cublasHandle_t h = NULL;
-	const float one = 1.0f, zero = 0.0f;
-	float *sum = pre ? pre : d;
-	bool done = false;
-
-	if (bias || pre) {
-		FLOW_TRY(gemm_lt(type, m, n, k, a, b, bias, d, pre, &done, diag,
-				 stream),
-			 out);
-		++*(done ? &lt_fused : &lt_two_pass);
-	}
-	if (done)
-		return FLOW_OK;
-	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
-	if (type == CUDA_R_32F)
-		FLOW_CUBLAS_TRY(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)m,
-					    (int)n, (int)k, &one,
-					    (const float *)a, (int)k,
-					    (const float *)b, (int)k, &zero,
-					    sum, (int)m),
-				out);
-	else
-		FLOW_TRY(gemm_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k,
-				   (const __nv_bfloat16 *)a, k,
-				   (const __nv_bfloat16 *)b, k, 0.0f, sum, m,
-				   diag),
-			 out);
-	if (bias)
-		FLOW_TRY(add_bias(sum, bias, n, m, diag, stream), out);
-	if (pre)
-		FLOW_TRY(flow_cuda_gelu_forward(d, pre, n * m, diag, stream),
-			 out);
-out:
-	return err;
-}
-
-/* Where the weight, the dout panel and the inp panel go in scratch. */
+/* Where a bf16 call keeps things in scratch: the rounded weight and
+ * bias, then the fallback's fp32 panel of rows rows. */
 struct bf16_scratch {
-	__nv_bfloat16 *w, *g, *x;
+	__nv_bfloat16 *w, *b;
+	float *panel;
 	size_t rows;
 };
 
@@ -510,95 +588,109 @@ static bf16_scratch bf16_carve(void *scratch, size_t n, size_t in_dim,
 {
 	bf16_scratch s;
 	char *p = (char *)scratch;
-	const size_t e = sizeof(__nv_bfloat16);
 
 	s.rows = flow_matmul_bf16_panel_rows(n, in_dim, out_dim,
 					     FLOW_CUDA_BF16_PANEL);
 	s.w = (__nv_bfloat16 *)p;
-	p += flow_cuda__bf16_align(out_dim * in_dim * e);
-	s.g = (__nv_bfloat16 *)p;
-	p += flow_cuda__bf16_align(s.rows * out_dim * e);
-	s.x = (__nv_bfloat16 *)p;
+	p += flow_cuda__scratch_align(out_dim * in_dim * sizeof(__nv_bfloat16));
+	s.b = (__nv_bfloat16 *)p;
+	p += flow_cuda__scratch_align(out_dim * sizeof(__nv_bfloat16));
+	s.panel = (float *)p;
 	return s;
 }
 
 size_t flow_cuda_matmul_bf16_scratch_bound(size_t n, size_t in_dim,
 					   size_t out_dim)
 {
-	const size_t e = sizeof(__nv_bfloat16);
 	size_t rows = flow_matmul_bf16_panel_rows(n, in_dim, out_dim,
 						  FLOW_CUDA_BF16_PANEL);
-	return flow_cuda__bf16_align(out_dim * in_dim * e) +
-	       flow_cuda__bf16_align(rows * out_dim * e) +
-	       flow_cuda__bf16_align(rows * in_dim * e);
+	return flow_cuda__scratch_align(out_dim * in_dim *
+					sizeof(__nv_bfloat16)) +
+	       flow_cuda__scratch_align(out_dim * sizeof(__nv_bfloat16)) +
+	       flow_cuda__scratch_align(rows * out_dim * sizeof(float));
 }
 
-/* out (and with pre, the pre-activation) of the bf16 matmul, panel by
- * panel of rows. */
-static flow_err_t bf16_forward(float *out, float *pre, void *scratch,
-			       const float *inp, const float *weight,
-			       const float *bias, size_t n, size_t in_dim,
-			       size_t out_dim, const char *func,
-			       flow_diag_t *diag, cudaStream_t stream)
+/* out (and with pre, the pre-activation and out its GELU) of the bf16
+ * matmul. */
+static flow_err_t bf16_forward(__nv_bfloat16 *out, __nv_bfloat16 *pre,
+			       void *scratch, const __nv_bfloat16 *inp,
+			       const float *weight, const float *bias,
+			       size_t n, size_t in_dim, size_t out_dim,
+			       const char *func, flow_diag_t *diag,
+			       cudaStream_t stream)
 {
 	flow_err_t err = FLOW_OK;
+	cublasHandle_t h = NULL;
+	const bf16_scratch s = bf16_carve(scratch, n, in_dim, out_dim);
+	const __nv_bfloat16 *b = bias ? s.b : NULL;
+	bool done = false;
 
 	if (n == 0 || out_dim == 0)
 		return FLOW_OK;
-	if (in_dim == 0) /* no GEMM: the bias or zeros, as in fp32 */
-		return fp32_forward(out, pre, inp, weight, bias, n, in_dim,
-				    out_dim, func, diag, stream);
 	FLOW_TRY(matmul_check(n, in_dim, out_dim, func, diag), out);
-	{
-		bf16_scratch s = bf16_carve(scratch, n, in_dim, out_dim);
-		FLOW_TRY(flow_cuda__round_bf16(s.w, weight, out_dim * in_dim,
-					       diag, stream),
+	if (bias)
+		FLOW_TRY(round_weight(s.b, bias, out_dim, diag, stream), out);
+	if (in_dim == 0) /* an empty sum: the bias or zeros, then the GELU */
+		return bf16_epilogue(out, pre, NULL, b, n, out_dim, diag,
+				     stream);
+	FLOW_TRY(round_weight(s.w, weight, out_dim * in_dim, diag, stream),
+		 out);
+	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
+	if (!bias && !pre) {
+		/* out^T (o x n) = W (o x i, stored as i x o) ^T . inp^T */
+		FLOW_TRY(gemm_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, out_dim, n,
+				   in_dim, s.w, in_dim, inp, in_dim, 0.0f, out,
+				   CUDA_R_16BF, out_dim, diag),
 			 out);
-		for (size_t r0 = 0; r0 < n; r0 += s.rows) {
-			size_t m = n - r0 < s.rows ? n - r0 : s.rows;
-			FLOW_TRY(flow_cuda__round_bf16(s.x, inp + r0 * in_dim,
-						       m * in_dim, diag,
-						       stream),
-				 out);
-			/* out^T (o x m) = W^T . x^T, as the sgemm above */
-			FLOW_TRY(gemm_forward(CUDA_R_16BF, out_dim, m, in_dim,
-					      s.w, s.x, bias, out + r0 * out_dim,
-					      pre ? pre + r0 * out_dim : NULL,
-					      diag, stream),
-				 out);
-		}
+		return FLOW_OK;
+	}
+	FLOW_TRY(gemm_lt(CUDA_R_16BF, CUDA_R_16BF, out_dim, n, in_dim, s.w,
+			 inp, b, out, pre, &done, diag, stream),
+		 out);
+	++*(done ? &lt_fused : &lt_two_pass);
+	for (size_t r0 = 0; !done && r0 < n; r0 += s.rows) {
+		size_t m = n - r0 < s.rows ? n - r0 : s.rows;
+		FLOW_TRY(gemm_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, out_dim, m,
+				   in_dim, s.w, in_dim, inp + r0 * in_dim,
+				   in_dim, 0.0f, s.panel, CUDA_R_32F, out_dim,
+				   diag),
+			 out);
+		FLOW_TRY(bf16_epilogue(out + r0 * out_dim,
+				       pre ? pre + r0 * out_dim : NULL,
+				       s.panel, b, m, out_dim, diag, stream),
+			 out);
 	}
 out:
 	return err;
 }
 
-flow_err_t flow_cuda_matmul_bf16_forward(float *out, void *scratch,
-					 const float *inp, const float *weight,
-					 const float *bias, size_t n,
-					 size_t in_dim, size_t out_dim,
-					 flow_diag_t *diag, cudaStream_t stream)
+flow_err_t flow_cuda_matmul_bf16_forward(flow_bf16_t *out, void *scratch,
+					 const flow_bf16_t *inp,
+					 const float *weight, const float *bias,
+					 size_t n, size_t in_dim,
+					 size_t out_dim, flow_diag_t *diag,
+					 cudaStream_t stream)
 {
-	return bf16_forward(out, NULL, scratch, inp, weight, bias, n, in_dim,
+	return bf16_forward(flow_cuda__bf16(out), NULL, scratch,
+			    flow_cuda__bf16(inp), weight, bias, n, in_dim,
 			    out_dim, __func__, diag, stream);
 }
 
-flow_err_t flow_cuda_matmul_gelu_forward(float *pre, float *out,
-					 void *scratch, bool bf16,
-					 const float *inp, const float *weight,
-					 const float *bias, size_t n,
-					 size_t in_dim, size_t out_dim,
-					 flow_diag_t *diag, cudaStream_t stream)
+flow_err_t flow_cuda_matmul_gelu_bf16_forward(
+	flow_bf16_t *pre, flow_bf16_t *out, void *scratch,
+	const flow_bf16_t *inp, const float *weight, const float *bias,
+	size_t n, size_t in_dim, size_t out_dim, flow_diag_t *diag,
+	cudaStream_t stream)
 {
-	if (bf16)
-		return bf16_forward(out, pre, scratch, inp, weight, bias, n,
-				    in_dim, out_dim, __func__, diag, stream);
-	return fp32_forward(out, pre, inp, weight, bias, n, in_dim, out_dim,
-			    __func__, diag, stream);
+	return bf16_forward(flow_cuda__bf16(out), flow_cuda__bf16(pre), scratch,
+			    flow_cuda__bf16(inp), weight, bias, n, in_dim,
+			    out_dim, __func__, diag, stream);
 }
 
-flow_err_t flow_cuda_matmul_bf16_backward(float *dinp, float *dweight,
+flow_err_t flow_cuda_matmul_bf16_backward(flow_bf16_t *dinp, float *dweight,
 					  float *dbias, void *scratch,
-					  const float *dout, const float *inp,
+					  const flow_bf16_t *dout,
+					  const flow_bf16_t *inp,
 					  const float *weight, size_t n,
 					  size_t in_dim, size_t out_dim,
 					  flow_diag_t *diag,
@@ -606,52 +698,34 @@ flow_err_t flow_cuda_matmul_bf16_backward(float *dinp, float *dweight,
 {
 	flow_err_t err = FLOW_OK;
 	cublasHandle_t h = NULL;
+	const bf16_scratch s = bf16_carve(scratch, n, in_dim, out_dim);
+	const __nv_bfloat16 *g = flow_cuda__bf16(dout);
 
+	/* As the fp32 kernel: with n or out_dim empty nothing is added;
+	 * in_dim == 0 leaves dinp and dweight empty, dbias still summed. */
 	if (n == 0 || out_dim == 0)
 		return FLOW_OK;
-	/* dbias from the fp32 dout, by the fp32 path's column sums. */
+	FLOW_TRY(matmul_check(n, in_dim, out_dim, __func__, diag), out);
 	if (dbias)
-		FLOW_TRY(flow_cuda_matmul_backward(NULL, NULL, dbias, dout, inp,
-						   weight, n, in_dim, out_dim,
-						   diag, stream),
-			 out);
+		FLOW_TRY(column_sum(dbias, g, n, out_dim, diag, stream), out);
 	if (in_dim == 0 || (!dinp && !dweight))
 		return FLOW_OK;
-	FLOW_TRY(matmul_check(n, in_dim, out_dim, __func__, diag), out);
 	FLOW_TRY(flow_cuda__cublas(&h, stream, diag), out);
-	{
-		bf16_scratch s = bf16_carve(scratch, n, in_dim, out_dim);
-		if (dinp)
-			FLOW_TRY(flow_cuda__round_bf16(s.w, weight,
-						       out_dim * in_dim, diag,
-						       stream),
-				 out);
-		for (size_t r0 = 0; r0 < n; r0 += s.rows) {
-			size_t m = n - r0 < s.rows ? n - r0 : s.rows;
-			FLOW_TRY(flow_cuda__round_bf16(s.g, dout + r0 * out_dim,
-						       m * out_dim, diag,
-						       stream),
-				 out);
-			if (dinp) /* dinp^T (i x m) += W^T . g^T */
-				FLOW_TRY(gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_N,
-						   in_dim, m, out_dim, s.w,
-						   in_dim, s.g, out_dim, 1.0f,
-						   dinp + r0 * in_dim, in_dim,
-						   diag),
-					 out);
-			if (!dweight)
-				continue;
-			FLOW_TRY(flow_cuda__round_bf16(s.x, inp + r0 * in_dim,
-						       m * in_dim, diag,
-						       stream),
-				 out);
-			/* dW^T (i x o) += x^T (i x m) . g (m x o) */
-			FLOW_TRY(gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_T, in_dim,
-					   out_dim, m, s.x, in_dim, s.g, out_dim,
-					   1.0f, dweight, in_dim, diag),
-				 out);
-		}
+	if (dinp) {
+		FLOW_TRY(round_weight(s.w, weight, out_dim * in_dim, diag,
+				      stream),
+			 out);
+		/* dinp^T (i x n) += W^T (stored i x o) . dout^T (o x n) */
+		FLOW_TRY(gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_N, in_dim, n,
+				   out_dim, s.w, in_dim, g, out_dim, 1.0f,
+				   dinp, CUDA_R_16BF, in_dim, diag),
+			 out);
 	}
+	if (dweight) /* dW^T (i x o) += inp^T (i x n) . (dout^T (o x n))^T */
+		FLOW_TRY(gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_T, in_dim, out_dim,
+				   n, flow_cuda__bf16(inp), in_dim, g, out_dim,
+				   1.0f, dweight, CUDA_R_32F, in_dim, diag),
+			 out);
 out:
 	return err;
 }

@@ -69,25 +69,6 @@ void matmul_backward(float *dinp, float *dweight, float *dbias,
 					  STREAM));
 }
 
-void matmul_bf16_forward(float *out, void *scratch, const float *inp,
-			 const float *weight, const float *bias, size_t n,
-			 size_t in_dim, size_t out_dim)
-{
-	ENQUEUE(flow_cuda_matmul_bf16_forward(out, scratch, inp, weight, bias,
-					      n, in_dim, out_dim, diag,
-					      STREAM));
-}
-
-void matmul_bf16_backward(float *dinp, float *dweight, float *dbias,
-			  void *scratch, const float *dout, const float *inp,
-			  const float *weight, size_t n, size_t in_dim,
-			  size_t out_dim)
-{
-	ENQUEUE(flow_cuda_matmul_bf16_backward(dinp, dweight, dbias, scratch,
-					       dout, inp, weight, n, in_dim,
-					       out_dim, diag, STREAM));
-}
-
 void embedding_forward(float *out, const int32_t *tokens, const float *wte,
 		       const float *wpe, int64_t row0, size_t rows, size_t B,
 		       size_t T, size_t C)
@@ -104,14 +85,12 @@ void embedding_backward(float *dwte, float *dwpe, const float *dout,
 					     rows, B, T, C, diag, STREAM));
 }
 
-void matmul_gelu_forward(float *pre, float *out, void *scratch, bool bf16,
-			 const float *inp, const float *weight,
-			 const float *bias, size_t n, size_t in_dim,
-			 size_t out_dim)
+void matmul_gelu_forward(float *pre, float *out, const float *inp,
+			 const float *weight, const float *bias, size_t n,
+			 size_t in_dim, size_t out_dim)
 {
-	ENQUEUE(flow_cuda_matmul_gelu_forward(pre, out, scratch, bf16, inp,
-					      weight, bias, n, in_dim, out_dim,
-					      diag, STREAM));
+	ENQUEUE(flow_cuda_matmul_gelu_forward(pre, out, inp, weight, bias, n,
+					      in_dim, out_dim, diag, STREAM));
 }
 
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -142,22 +121,20 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 	ENQUEUE(flow_cuda_gelu_backward(dinp, inp, dout, n, diag, STREAM));
 }
 
-void attention_forward(float *out, float *lse, void *scratch, bool bf16,
+void attention_forward(float *out, float *lse, void *scratch,
 		       const float *qkv, size_t B, size_t T, size_t C,
 		       size_t NH)
 {
-	ENQUEUE(flow_cuda_attention_forward(out, lse, scratch, bf16, qkv, B, T,
-					    C, NH, diag, STREAM));
+	ENQUEUE(flow_cuda_attention_forward(out, lse, scratch, qkv, B, T, C,
+					    NH, diag, STREAM));
 }
 
-void attention_backward(float *dqkv, void *scratch, bool bf16,
-			const float *dout, const float *qkv, const float *lse,
-			const float *out, size_t B, size_t T, size_t C,
-			size_t NH)
+void attention_backward(float *dqkv, void *scratch, const float *dout,
+			const float *qkv, const float *lse, const float *out,
+			size_t B, size_t T, size_t C, size_t NH)
 {
-	ENQUEUE(flow_cuda_attention_backward(dqkv, scratch, bf16, dout, qkv,
-					     lse, out, B, T, C, NH, diag,
-					     STREAM));
+	ENQUEUE(flow_cuda_attention_backward(dqkv, scratch, dout, qkv, lse,
+					     out, B, T, C, NH, diag, STREAM));
 }
 
 void residual_forward(float *out, const float *a, const float *b, size_t n)
@@ -222,6 +199,154 @@ void cross_entropy_split_finish(float *losses, float *logits,
 	ENQUEUE(flow_cuda_cross_entropy_split_finish(losses, logits, targets,
 						     max, sums, s, dloss, diag,
 						     STREAM));
+}
+
+/* ---- the bf16 twins ---- */
+
+void matmul_bf16_forward(flow_bf16_t *out, void *scratch,
+			 const flow_bf16_t *inp, const float *weight,
+			 const float *bias, size_t n, size_t in_dim,
+			 size_t out_dim)
+{
+	ENQUEUE(flow_cuda_matmul_bf16_forward(out, scratch, inp, weight, bias,
+					      n, in_dim, out_dim, diag,
+					      STREAM));
+}
+
+void matmul_bf16_backward(flow_bf16_t *dinp, float *dweight, float *dbias,
+			  void *scratch, const flow_bf16_t *dout,
+			  const flow_bf16_t *inp, const float *weight,
+			  size_t n, size_t in_dim, size_t out_dim)
+{
+	ENQUEUE(flow_cuda_matmul_bf16_backward(dinp, dweight, dbias, scratch,
+					       dout, inp, weight, n, in_dim,
+					       out_dim, diag, STREAM));
+}
+
+void matmul_gelu_bf16_forward(flow_bf16_t *pre, flow_bf16_t *out,
+			      void *scratch, const flow_bf16_t *inp,
+			      const float *weight, const float *bias, size_t n,
+			      size_t in_dim, size_t out_dim)
+{
+	ENQUEUE(flow_cuda_matmul_gelu_bf16_forward(pre, out, scratch, inp,
+						   weight, bias, n, in_dim,
+						   out_dim, diag, STREAM));
+}
+
+void layernorm_bf16_forward(flow_bf16_t *out, float *mean, float *rstd,
+			    const float *inp, const float *weight,
+			    const float *bias, size_t n, size_t C)
+{
+	ENQUEUE(flow_cuda_layernorm_bf16_forward(out, mean, rstd, inp, weight,
+						 bias, n, C, diag, STREAM));
+}
+
+void layernorm_bf16_backward(float *dinp, float *dweight, float *dbias,
+			     const flow_bf16_t *dout, const float *inp,
+			     const float *weight, const float *mean,
+			     const float *rstd, size_t n, size_t C)
+{
+	ENQUEUE(flow_cuda_layernorm_bf16_backward(dinp, dweight, dbias, dout,
+						  inp, weight, mean, rstd, n,
+						  C, diag, STREAM));
+}
+
+void gelu_bf16_forward(flow_bf16_t *out, const flow_bf16_t *inp, size_t n)
+{
+	ENQUEUE(flow_cuda_gelu_bf16_forward(out, inp, n, diag, STREAM));
+}
+
+void gelu_bf16_backward(flow_bf16_t *dinp, const flow_bf16_t *inp,
+			const flow_bf16_t *dout, size_t n)
+{
+	ENQUEUE(flow_cuda_gelu_bf16_backward(dinp, inp, dout, n, diag,
+					     STREAM));
+}
+
+void residual_bf16_forward(float *out, const float *a, const flow_bf16_t *b,
+			   size_t n)
+{
+	ENQUEUE(flow_cuda_residual_bf16_forward(out, a, b, n, diag, STREAM));
+}
+
+void residual_bf16_backward(float *da, flow_bf16_t *db, const float *dout,
+			    size_t n)
+{
+	ENQUEUE(flow_cuda_residual_bf16_backward(da, db, dout, n, diag,
+						 STREAM));
+}
+
+void residual_layernorm_bf16_forward(float *res, flow_bf16_t *out,
+				     float *mean, float *rstd, const float *a,
+				     const flow_bf16_t *b, const float *weight,
+				     const float *bias, size_t n, size_t C)
+{
+	ENQUEUE(flow_cuda_residual_layernorm_bf16_forward(
+		res, out, mean, rstd, a, b, weight, bias, n, C, diag, STREAM));
+}
+
+void layernorm_residual_bf16_backward(float *dres, float *da, flow_bf16_t *db,
+				      float *dweight, float *dbias,
+				      const flow_bf16_t *dout,
+				      const float *res, const float *weight,
+				      const float *mean, const float *rstd,
+				      size_t n, size_t C)
+{
+	ENQUEUE(flow_cuda_layernorm_residual_bf16_backward(
+		dres, da, db, dweight, dbias, dout, res, weight, mean, rstd, n,
+		C, diag, STREAM));
+}
+
+void attention_bf16_forward(flow_bf16_t *out, float *lse, void *scratch,
+			    const flow_bf16_t *qkv, size_t B, size_t T,
+			    size_t C, size_t NH)
+{
+	ENQUEUE(flow_cuda_attention_bf16_forward(out, lse, scratch, qkv, B, T,
+						 C, NH, diag, STREAM));
+}
+
+void attention_bf16_backward(flow_bf16_t *dqkv, void *scratch,
+			     const flow_bf16_t *dout, const flow_bf16_t *qkv,
+			     const float *lse, const flow_bf16_t *out,
+			     size_t B, size_t T, size_t C, size_t NH)
+{
+	ENQUEUE(flow_cuda_attention_bf16_backward(dqkv, scratch, dout, qkv,
+						  lse, out, B, T, C, NH, diag,
+						  STREAM));
+}
+
+void cross_entropy_bf16_forward_backward(float *losses, flow_bf16_t *logits,
+					 const int32_t *targets, size_t n,
+					 size_t V, size_t Vp, float dloss)
+{
+	ENQUEUE(flow_cuda_cross_entropy_bf16_forward_backward(
+		losses, logits, targets, n, V, Vp, dloss, diag, STREAM));
+}
+
+void cross_entropy_bf16_split_max(float *max, const flow_bf16_t *logits,
+				  const flow_logits_shard_t *s)
+{
+	ENQUEUE(flow_cuda_cross_entropy_bf16_split_max(max, logits, s, diag,
+						       STREAM));
+}
+
+void cross_entropy_bf16_split_sums(float *sums, float *max,
+				   const float *gathered, size_t p,
+				   const flow_bf16_t *logits,
+				   const flow_logits_shard_t *s)
+{
+	ENQUEUE(flow_cuda_cross_entropy_bf16_split_sums(sums, max, gathered, p,
+							logits, s, diag,
+							STREAM));
+}
+
+void cross_entropy_bf16_split_finish(float *losses, flow_bf16_t *logits,
+				     const int32_t *targets, const float *max,
+				     const float *sums,
+				     const flow_logits_shard_t *s, float dloss)
+{
+	ENQUEUE(flow_cuda_cross_entropy_bf16_split_finish(
+		losses, logits, targets, max, sums, s, dloss, diag, STREAM));
 }
 
 void box_move(flow_dtype_t dtype, const void *src, const flow_box_t *src_box,
@@ -325,9 +450,6 @@ extern "C" const flow_kernels_t flow_cuda_kernels = {
 	"cuda",
 	matmul_forward,
 	matmul_backward,
-	flow_cuda_matmul_bf16_scratch_bound,
-	matmul_bf16_forward,
-	matmul_bf16_backward,
 	embedding_forward,
 	embedding_backward,
 	layernorm_forward,
@@ -346,6 +468,24 @@ extern "C" const flow_kernels_t flow_cuda_kernels = {
 	cross_entropy_split_max,
 	cross_entropy_split_sums,
 	cross_entropy_split_finish,
+	flow_cuda_matmul_bf16_scratch_bound,
+	matmul_bf16_forward,
+	matmul_bf16_backward,
+	matmul_gelu_bf16_forward,
+	layernorm_bf16_forward,
+	layernorm_bf16_backward,
+	gelu_bf16_forward,
+	gelu_bf16_backward,
+	residual_bf16_forward,
+	residual_bf16_backward,
+	residual_layernorm_bf16_forward,
+	layernorm_residual_bf16_backward,
+	attention_bf16_forward,
+	attention_bf16_backward,
+	cross_entropy_bf16_forward_backward,
+	cross_entropy_bf16_split_max,
+	cross_entropy_bf16_split_sums,
+	cross_entropy_bf16_split_finish,
 	box_move,
 	adamw_update,
 	adamw_update_all,
