@@ -573,7 +573,7 @@ FLOW_EXPORT flow_cross_entropy_split_sums_fn flow_cpu_cross_entropy_split_sums;
 FLOW_EXPORT flow_cross_entropy_split_finish_fn
 	flow_cpu_cross_entropy_split_finish;
 /* The bf16 twins: the GEMMs' operands widened to fp32 one panel of 2^24
- * elements at a time (lib/kernels/host_bf16_internal.h), then the sgemms
+ * elements at a time (lib/kernels/cpu/bf16.c), then the sgemms
  * above; every other kernel widens and rounds element by element, in the
  * loops of its fp32 twin. */
 FLOW_EXPORT flow_matmul_bf16_scratch_bound_fn flow_cpu_matmul_bf16_scratch_bound;

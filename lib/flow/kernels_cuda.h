@@ -38,11 +38,13 @@
  * combination order that depend only on the sizes, never on the device's
  * multiprocessor count or on timing; no float atomics are used.  cuBLAS is
  * run-to-run deterministic on one stream (cuBLAS documentation, "Results
- * reproducibility"); its math mode is left at CUBLAS_DEFAULT_MATH (true fp32,
- * no TF32).  Results match the CPU kernels to float rounding, not bit for bit
- * (a bf16 result to one bf16 rounding where the fp32 sums behind it differ
- * across a rounding boundary): the tolerances are documented in
- * tests/gpu/test_cuda_kernels.c.
+ * reproducibility"); its math mode is CUBLAS_DEFAULT_MATH (true fp32, no
+ * TF32) with CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (a bf16
+ * output's split-K parts summed in fp32), and cuBLASLt's bf16 outputs take
+ * no split-K reduction in bf16 either.  Results match the CPU kernels to
+ * float rounding, not bit for bit (a bf16 result to one bf16 rounding where
+ * the fp32 sums behind it differ across a rounding boundary): the
+ * tolerances are documented in tests/gpu/test_cuda_kernels.c.
  *
  * Thread safety: every function may be called from any thread; a thread's
  * cuBLAS handles are its own.
@@ -147,16 +149,17 @@ FLOW_EXPORT flow_err_t flow_cuda_matmul_backward(float *dinp, float *dweight,
 						 cudaStream_t stream) FLOW_MUST_CHECK;
 
 /* The bf16 twins (flow/kernels.h, flow_matmul_bf16_forward_fn): the
- * weight rounded to bf16 into scratch once per call, then the GEMMs on the
- * bf16 activations in place, summed in fp32 (CUBLAS_COMPUTE_32F).
- * Forward, one cuBLASLt GEMM writing bf16 out with the fp32 bias (and the
- * GELU, below) in its epilogue; where cuBLASLt has no algorithm for that,
+ * weight and the bias rounded to bf16 into scratch once per call, then the
+ * GEMMs on the bf16 activations in place, summed in fp32
+ * (CUBLAS_COMPUTE_32F).  Forward, one cuBLASLt GEMM writing bf16 out with
+ * the rounded bias (and the GELU, below) in its epilogue, which takes a
+ * bias of the output's type; where cuBLASLt has no algorithm for that,
  * the fp32 sums of a panel of rows at a time in scratch and one pass
  * adding the bias, taking the GELU and rounding (the same arithmetic).
  * Backward, dinp accumulated in bf16 by cublasGemmEx's beta = 1 (one
  * rounding), dweight in fp32, dbias the column sums of the bf16 dout.
  * scratch holds flow_cuda_matmul_bf16_scratch_bound() bytes of device
- * memory: the rounded weight and that panel. */
+ * memory: the rounded weight and bias, and that panel. */
 FLOW_EXPORT size_t flow_cuda_matmul_bf16_scratch_bound(size_t n, size_t in_dim,
 						       size_t out_dim);
 FLOW_EXPORT flow_err_t flow_cuda_matmul_bf16_forward(

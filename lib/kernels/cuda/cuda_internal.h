@@ -79,8 +79,9 @@ FLOW_CUDA_HIDDEN flow_err_t flow_cuda__fail_cublas(flow_diag_t *diag,
 	} while (0)
 
 /* The calling thread's cuBLAS handle for its current device, created on
- * first use (math mode CUBLAS_DEFAULT_MATH, host pointer mode), bound to
- * stream. */
+ * first use (math mode CUBLAS_DEFAULT_MATH with
+ * CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION, host pointer mode),
+ * bound to stream. */
 FLOW_CUDA_HIDDEN flow_err_t flow_cuda__cublas(cublasHandle_t *handle_out,
 					      cudaStream_t stream,
 					      flow_diag_t *diag);

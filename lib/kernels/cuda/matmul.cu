@@ -143,6 +143,10 @@ static flow_err_t gemm_lt(cudaDataType_t type, cudaDataType_t out_type,
 	const int64_t aux_ld = (int64_t)m;
 	/* D and the pre-activation are laid out alike: one alignment. */
 	const uint32_t align = common_alignment(a, b, d, pre ? pre : d);
+	/* A bf16 D's split-K parts summed in fp32, never in D's type (in
+	 * place or in the workspace): D is rounded once. */
+	const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE |
+				 CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
 	int count = 0;
 	const float one = 1.0f, zero = 0.0f;
 	cublasStatus_t ran;
@@ -205,6 +209,12 @@ static flow_err_t gemm_lt(cudaDataType_t type, cudaDataType_t out_type,
 				pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
 				&ws_bytes, sizeof ws_bytes),
 			out);
+	if (out_type != CUDA_R_32F)
+		FLOW_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
+					pref,
+					CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+					&schemes, sizeof schemes),
+				out);
 	for (cublasLtMatmulPreferenceAttributes_t attr :
 	     { CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
 	       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,

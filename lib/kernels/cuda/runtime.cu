@@ -12,6 +12,10 @@
 #include "cuda_internal.h"
 
 
+/* The cuBLAS handles' math mode (flow_cuda__cublas). */
+static const cublasMath_t cublas_math_mode = static_cast<cublasMath_t>(
+	CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+
 /* The calling thread's handles, indexed by device ordinal. */
 static thread_local cublasHandle_t tls_cublas[FLOW_CUDA_MAX_DEVICES];
 static thread_local cublasLtHandle_t tls_cublaslt[FLOW_CUDA_MAX_DEVICES];
@@ -144,8 +148,11 @@ flow_err_t flow_cuda__cublas(cublasHandle_t *handle_out, cudaStream_t stream,
 		tls_cublas[dev] = h;
 		/* True fp32: no TF32 tensor-core shortcut.  (The
 		 * NVIDIA_TF32_OVERRIDE=1 environment variable could still force
-		 * it; tests run without it.) */
-		FLOW_CUBLAS_TRY(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), out);
+		 * it; tests run without it.)  And a bf16 output's split-K
+		 * parts summed in fp32, not in bf16, which cuBLAS may do
+		 * unless told: the bf16 twins round each stored sum once.
+		 * The flag changes nothing for fp32 outputs. */
+		FLOW_CUBLAS_TRY(cublasSetMathMode(h, cublas_math_mode), out);
 		FLOW_CUBLAS_TRY(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST),
 				out);
 	}
