@@ -160,26 +160,13 @@ bool flow_exec_op_bf16(const flow_graph_t *g, const flow_graph_op_t *op)
 {
 	const flow_graph_op_t *f = op->forward >= 0 ? flow_op_forward_of(g, op) :
 						      op;
-	int t;
 
-	switch (f->kind) {
-	case FLOW_OP_LAYERNORM:
-	case FLOW_OP_MATMUL:
-	case FLOW_OP_GELU:
-		t = f->out[0];
-		break;
-	case FLOW_OP_ATTENTION:
-	case FLOW_OP_CROSS_ENTROPY:
-		t = f->in[0];
-		break;
-	case FLOW_OP_ADD: /* the branch; the residual stream is fp32 */
-		t = f->in[1];
-		break;
-	default: /* the embedding writes the residual stream; the boxing
-		  * moves any dtype */
-		return false;
+	for (int k = 0; k < f->nin + f->nout; k++) {
+		int t = k < f->nin ? f->in[k] : f->out[k - f->nin];
+		if (t >= 0 && g->tensors[t].dtype == FLOW_DTYPE_BF16)
+			return true;
 	}
-	return t >= 0 && g->tensors[t].dtype == FLOW_DTYPE_BF16;
+	return false;
 }
 
 /* Bytes of scratch op needs from this kernel set: attention, forward and
@@ -602,16 +589,6 @@ void flow_exec_zero_param_grads(flow_exec_t *x)
 }
 
 /* ---- running ---------------------------------------------------------------------- */
-
-/* Call the bf16 twin when bf16, else the fp32 kernel, with the same
- * arguments (the executor's void pointers fit either). */
-#define TWIN(bf16, twin, fp32, ...)      \
-	do {                             \
-		if (bf16)                \
-			twin(__VA_ARGS__); \
-		else                     \
-			fp32(__VA_ARGS__); \
-	} while (0)
 
 /* Op o's kernel, its bf16 twin when its activations are bf16 (o->bf16). */
 static flow_err_t exec_kernel(flow_exec_t *x, const exec_op_t *o,

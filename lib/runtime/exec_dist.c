@@ -49,7 +49,8 @@ static flow_err_t ce_split(flow_exec_t *x, const exec_op_t *o,
 			   flow_comm_t *comm)
 {
 	const flow_kernels_t *k = flow_boxing_comms_kernels(x->comms);
-	float *losses = o->out[0], *logits = o->in[0];
+	float *losses = o->out[0];
+	void *logits = o->in[0]; /* of the op's activation dtype */
 	const int32_t *targets = o->in[1];
 	size_t N = o->dim[DIM_N], Vl = o->dim[DIM_VP];
 	int64_t c0 = o->attrs->row_start, V = (int64_t)o->dim[DIM_V];
@@ -73,10 +74,8 @@ static flow_err_t ce_split(flow_exec_t *x, const exec_op_t *o,
 		return flow_diag_set(&x->diag, FLOW_ERR_NOMEM, "out of memory");
 	for (int r = 0; r < p; r++)
 		counts[r] = N;
-	if (o->bf16)
-		k->cross_entropy_bf16_split_max(max, o->in[0], &s);
-	else
-		k->cross_entropy_split_max(max, logits, &s);
+	TWIN(o->bf16, k->cross_entropy_bf16_split_max,
+	     k->cross_entropy_split_max, max, logits, &s);
 	/* Each collective runs on a stream of its own: the kernels that
 	 * wrote what it reads are waited for. */
 	flow_err_t err = flow_kernels_wait(k, &x->diag);
@@ -86,22 +85,16 @@ static flow_err_t ce_split(flow_exec_t *x, const exec_op_t *o,
 	free(counts);
 	if (err != FLOW_OK)
 		return err;
-	if (o->bf16)
-		k->cross_entropy_bf16_split_sums(sums, max, gathered, (size_t)p,
-						 o->in[0], &s);
-	else
-		k->cross_entropy_split_sums(sums, max, gathered, (size_t)p,
-					    logits, &s);
+	TWIN(o->bf16, k->cross_entropy_bf16_split_sums,
+	     k->cross_entropy_split_sums, sums, max, gathered, (size_t)p,
+	     logits, &s);
 	if ((err = flow_kernels_wait(k, &x->diag)) != FLOW_OK ||
 	    (err = flow_all_reduce(comm, sums, sums, N, FLOW_DTYPE_F32,
 				   &x->diag)) != FLOW_OK)
 		return err;
-	if (o->bf16)
-		k->cross_entropy_bf16_split_finish(losses, o->in[0], targets, max,
-						   sums, &s, x->loss_scale);
-	else
-		k->cross_entropy_split_finish(losses, logits, targets, max,
-					      sums, &s, x->loss_scale);
+	TWIN(o->bf16, k->cross_entropy_bf16_split_finish,
+	     k->cross_entropy_split_finish, losses, logits, targets, max, sums,
+	     &s, x->loss_scale);
 	return FLOW_OK;
 }
 

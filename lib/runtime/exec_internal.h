@@ -82,9 +82,19 @@ struct flow_exec {
 };
 
 /* Whether op runs the bf16 twins of its kernels (flow/kernels.h): its
- * activations are bf16, as the dtype of the tensor that says so for its
- * kind (the forward op's, for a backward op) is. */
+ * forward op (itself, or the one a backward op differentiates) reads or
+ * writes a bf16 tensor, which only an activation can be (flow/ops.h). */
 bool flow_exec_op_bf16(const flow_graph_t *g, const flow_graph_op_t *op);
+
+/* Call the bf16 twin when bf16, else the fp32 kernel, with the same
+ * arguments (the executor's void pointers fit either). */
+#define TWIN(bf16, twin, fp32, ...)        \
+	do {                               \
+		if (bf16)                  \
+			twin(__VA_ARGS__); \
+		else                       \
+			fp32(__VA_ARGS__); \
+	} while (0)
 
 /* Run op o of a localized graph that talks to other ranks (boxing; the
  * cross-entropy split over mesh axes), its tensors in the memory the

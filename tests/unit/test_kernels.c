@@ -24,7 +24,7 @@
 #include <flow/rng.h>
 #include <flow/tensor.h>
 
-#include "fixture.h"
+#include "fixture_assert.h"
 #include "testutil.h"
 
 /* ---- tolerances ------------------------------------------------------------
@@ -60,50 +60,7 @@
 
 /* ---- helpers ---------------------------------------------------------------*/
 
-static void fixture_load(flow_fixture_t *fx, const char *name)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-
-	if (flow_fixture_load(fx, name, &diag) != FLOW_OK)
-		fail_msg("%s", flow_diag_message(&diag));
-}
-
-static const void *fixture_need(const flow_fixture_t *fx, const char *name,
-				flow_fixture_dtype_t dtype, size_t ndim,
-				const size_t *dims)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	const void *p = flow_fixture_get(fx, name, dtype, ndim, dims, &diag);
-
-	if (!p)
-		fail_msg("fixture: %s", flow_diag_message(&diag));
-	return p;
-}
-
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define NDIMS(...) (sizeof((size_t[]){ __VA_ARGS__ }) / sizeof(size_t))
-/* F32(fx, "name", d0, d1, ...): the array with exactly that shape. */
-#define F32(fx, name, ...)                                                 \
-	((const float *)fixture_need(fx, name, FLOW_FIXTURE_F32,           \
-				     NDIMS(__VA_ARGS__),                   \
-				     (size_t[]){ __VA_ARGS__ }))
-#define I32(fx, name, ...)                                                 \
-	((const int32_t *)fixture_need(fx, name, FLOW_FIXTURE_I32,         \
-				       NDIMS(__VA_ARGS__),                 \
-				       (size_t[]){ __VA_ARGS__ }))
-/* A scalar: ndim 0. */
-static float fixture_scalar(const flow_fixture_t *fx, const char *name)
-{
-	return *(const float *)fixture_need(fx, name, FLOW_FIXTURE_F32, 0,
-					    NULL);
-}
-
-/* The "dims" array every fixture carries: its sizes. */
-static const int32_t *fixture_dims(const flow_fixture_t *fx, size_t n)
-{
-	return I32(fx, "dims", n);
-}
-
 static float *buf_new(size_t n)
 {
 	float *p = flow_alloc(n * sizeof(float));

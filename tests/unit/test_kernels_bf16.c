@@ -29,7 +29,8 @@
 #include <flow/rng.h>
 #include <flow/tensor.h>
 
-#include "fixture.h"
+#include "fixture_assert.h"
+#include "testutil.h"
 
 /* ---- tolerances ------------------------------------------------------------
  * bf16 results.  A twin computes in fp32 (the reference set in double) and
@@ -88,52 +89,11 @@
 /* ---- helpers ---------------------------------------------------------------*/
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define NDIMS(...) (sizeof((size_t[]){ __VA_ARGS__ }) / sizeof(size_t))
 
 /* The host sets, each checked against every fixture. */
 static const flow_kernels_t *const host_sets[] = { &flow_cpu_kernels,
 						   &flow_ref_kernels };
 
-static void fixture_load(flow_fixture_t *fx, const char *name)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-
-	if (flow_fixture_load(fx, name, &diag) != FLOW_OK)
-		fail_msg("%s", flow_diag_message(&diag));
-}
-
-static const void *fixture_need(const flow_fixture_t *fx, const char *name,
-				flow_fixture_dtype_t dtype, size_t ndim,
-				const size_t *dims)
-{
-	flow_diag_t diag = FLOW_DIAG_INIT;
-	const void *p = flow_fixture_get(fx, name, dtype, ndim, dims, &diag);
-
-	if (!p)
-		fail_msg("fixture: %s", flow_diag_message(&diag));
-	return p;
-}
-
-/* F32(fx, "name", d0, d1, ...): the array with exactly that shape. */
-#define F32(fx, name, ...)                                                 \
-	((const float *)fixture_need(fx, name, FLOW_FIXTURE_F32,           \
-				     NDIMS(__VA_ARGS__),                   \
-				     (size_t[]){ __VA_ARGS__ }))
-#define I32(fx, name, ...)                                                 \
-	((const int32_t *)fixture_need(fx, name, FLOW_FIXTURE_I32,         \
-				       NDIMS(__VA_ARGS__),                 \
-				       (size_t[]){ __VA_ARGS__ }))
-
-static float fixture_scalar(const flow_fixture_t *fx, const char *name)
-{
-	return *(const float *)fixture_need(fx, name, FLOW_FIXTURE_F32, 0,
-					    NULL);
-}
-
-static const int32_t *fixture_dims(const flow_fixture_t *fx, size_t n)
-{
-	return I32(fx, "dims", n);
-}
 
 static void *mem_new(size_t bytes)
 {
@@ -219,17 +179,6 @@ static float *widen(const flow_bf16_t *x, size_t n)
 		p[i] = flow_bf16_widen(x[i]);
 	return p;
 }
-
-/* Frees every buffer listed: BUFS_FREE(out, mean, rstd). */
-static void bufs_free(void *const *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		flow_free(p[i]);
-}
-
-#define BUFS_FREE(...)                                                     \
-	bufs_free((void *[]){ __VA_ARGS__ },                               \
-		  sizeof((void *[]){ __VA_ARGS__ }) / sizeof(void *))
 
 static bool verbose(void)
 {

@@ -19,6 +19,12 @@
  * vectorise and to keep the per-block accumulators in registers/L1. */
 #define FLOW_CPU_COL_BLOCK 64
 
+/* The column blocks of a row of cols columns, the last one partial. */
+static inline size_t flow_cpu_col_blocks(size_t cols)
+{
+	return (cols + FLOW_CPU_COL_BLOCK - 1) / FLOW_CPU_COL_BLOCK;
+}
+
 /* Elements per partial sum in flow_cpu_sum_squares: the partials are summed
  * in chunk order, so the result is the same for any thread count. */
 #define FLOW_CPU_SQ_CHUNK ((size_t)65536)

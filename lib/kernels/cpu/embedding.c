@@ -35,7 +35,7 @@ void flow_cpu_embedding_backward(float *dwte, float *dwpe, const float *dout,
 				 size_t rows, size_t B, size_t T, size_t C)
 {
 	size_t npos = B * T;
-	size_t nblocks = (C + FLOW_CPU_COL_BLOCK - 1) / FLOW_CPU_COL_BLOCK;
+	size_t nblocks = flow_cpu_col_blocks(C);
 
 	/* Tokens repeat, so rows of dwte receive several addends.  Rather than
 	 * atomics or per-thread copies of dwte, each thread owns whole channel

@@ -91,18 +91,13 @@ FLOW_CPU_INLINE void layernorm_param_block(float *dweight, float *dbias,
 			dbias[c0 + c] += (float)ab[c];
 }
 
-static size_t col_blocks(size_t C)
-{
-	return (C + FLOW_CPU_COL_BLOCK - 1) / FLOW_CPU_COL_BLOCK;
-}
-
 static void layernorm_param_grads(float *dweight, float *dbias,
 				  const float *dout, const float *inp,
 				  const float *mean, const float *rstd,
 				  size_t n, size_t C)
 {
 #pragma omp parallel for schedule(static)
-	for (size_t blk = 0; blk < col_blocks(C); blk++)
+	for (size_t blk = 0; blk < flow_cpu_col_blocks(C); blk++)
 		layernorm_param_block(dweight, dbias, dout, inp, mean, rstd, n,
 				      C, blk, false);
 }
@@ -113,7 +108,7 @@ static void layernorm_param_grads_bf16(float *dweight, float *dbias,
 				       const float *rstd, size_t n, size_t C)
 {
 #pragma omp parallel for schedule(static)
-	for (size_t blk = 0; blk < col_blocks(C); blk++)
+	for (size_t blk = 0; blk < flow_cpu_col_blocks(C); blk++)
 		layernorm_param_block(dweight, dbias, dout, inp, mean, rstd, n,
 				      C, blk, true);
 }

@@ -68,11 +68,6 @@ FLOW_CPU_INLINE void matmul_dbias_block(float *dbias, const void *dout,
 		dbias[c0 + c] += (float)acc[c];
 }
 
-static size_t col_blocks(size_t cols)
-{
-	return (cols + FLOW_CPU_COL_BLOCK - 1) / FLOW_CPU_COL_BLOCK;
-}
-
 void flow_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
 			      const float *dout, const float *inp,
 			      const float *weight, size_t n, size_t in_dim,
@@ -99,7 +94,7 @@ void flow_cpu_matmul_backward(float *dinp, float *dweight, float *dbias,
 bias:
 	if (dbias) {
 #pragma omp parallel for schedule(static)
-		for (size_t blk = 0; blk < col_blocks(out_dim); blk++)
+		for (size_t blk = 0; blk < flow_cpu_col_blocks(out_dim); blk++)
 			matmul_dbias_block(dbias, dout, n, out_dim, blk, false);
 	}
 }
@@ -183,7 +178,7 @@ void flow_cpu_matmul_bf16_backward(flow_bf16_t *dinp, float *dweight,
 	 * whatever the panels. */
 	if (dbias) {
 #pragma omp parallel for schedule(static)
-		for (size_t blk = 0; blk < col_blocks(out_dim); blk++)
+		for (size_t blk = 0; blk < flow_cpu_col_blocks(out_dim); blk++)
 			matmul_dbias_block(dbias, dout, n, out_dim, blk, true);
 	}
 	if (in_dim == 0 || (!dinp && !dweight))
