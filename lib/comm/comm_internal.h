@@ -34,6 +34,11 @@ typedef struct flow_comm_ops {
 	flow_err_t (*all_reduce)(flow_comm_t *c, const void *send, void *recv,
 				 size_t count, flow_dtype_t dtype,
 				 flow_diag_t *diag);
+	/* In-place sums of n buffers as one collective; NULL: the core
+	 * calls all_reduce once per buffer. */
+	flow_err_t (*all_reduce_group)(flow_comm_t *c, void *const *bufs,
+				       const size_t *counts, size_t n,
+				       flow_dtype_t dtype, flow_diag_t *diag);
 	flow_err_t (*reduce_scatter)(flow_comm_t *c, const void *send,
 				     void *recv, const size_t *counts,
 				     flow_dtype_t dtype, flow_diag_t *diag);

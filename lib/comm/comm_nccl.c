@@ -367,14 +367,37 @@ static bool all_equal(const size_t *counts, int n)
 }
 
 /* Close a group opened with ncclGroupStart, even after a failed call
- * inside it; the first error is kept. */
-static flow_err_t group_end(flow_comm_t *c, flow_err_t err, flow_diag_t *diag)
+ * inside it (the first error is kept), and wait for what it launched. */
+static flow_err_t group_end_wait(flow_comm_t *c, flow_err_t err,
+				 flow_diag_t *diag)
 {
 	ncclResult_t r = ncclGroupEnd();
 	if (!err && r != ncclSuccess && r != ncclInProgress)
 		err = flow_comm_fail(c, diag, FLOW_ERR_DEVICE, "NCCL: %s (%s)",
 				     ncclGetErrorString(r),
 				     ncclGetLastError(NULL));
+	return err ? err : wait_done(c, c->impl, true, diag);
+}
+
+/* The n sums in one NCCL group: one launch, one wait. */
+static flow_err_t nccl_all_reduce_group(flow_comm_t *c, void *const *bufs,
+					const size_t *counts, size_t n,
+					flow_dtype_t dtype, flow_diag_t *diag)
+{
+	nccl_state_t *s = c->impl;
+	flow_err_t err = FLOW_OK;
+	FLOW_NCCL_TRY(c, ncclGroupStart(), out);
+	for (size_t i = 0; i < n; i++)
+		if (counts[i])
+			FLOW_NCCL_TRY(c, ncclAllReduce(bufs[i], bufs[i],
+						       counts[i],
+						       nccl_type(dtype),
+						       ncclSum, s->comm,
+						       s->stream),
+				      group);
+group:
+	err = group_end_wait(c, err, diag);
+out:
 	return err;
 }
 
@@ -418,9 +441,7 @@ static flow_err_t nccl_blocks(flow_comm_t *c, bool reduce, const void *send,
 		off += counts[r];
 	}
 group:
-	err = group_end(c, err, diag);
-	if (!err)
-		err = wait_done(c, s, true, diag);
+	err = group_end_wait(c, err, diag);
 out:
 	return err;
 }
@@ -465,9 +486,7 @@ static flow_err_t nccl_all_to_all(flow_comm_t *c, const void *send,
 		ro += recv_counts[r];
 	}
 group:
-	err = group_end(c, err, diag);
-	if (!err)
-		err = wait_done(c, s, true, diag);
+	err = group_end_wait(c, err, diag);
 out:
 	return err;
 }
@@ -527,6 +546,7 @@ static flow_err_t nccl_barrier(flow_comm_t *c, flow_diag_t *diag)
 static const flow_comm_ops_t nccl_ops = {
 	.transport = "nccl",
 	.all_reduce = nccl_all_reduce,
+	.all_reduce_group = nccl_all_reduce_group,
 	.reduce_scatter = nccl_reduce_scatter,
 	.all_gather = nccl_all_gather,
 	.all_to_all = nccl_all_to_all,

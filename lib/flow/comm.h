@@ -102,6 +102,16 @@ FLOW_EXPORT flow_err_t flow_all_reduce(flow_comm_t *c, const void *send,
 				       flow_dtype_t dtype, flow_diag_t *diag)
 	FLOW_MUST_CHECK;
 
+/* In place, for each i < n: bufs[i] = sum over ranks of bufs[i], counts[i]
+ * elements (buffers must not overlap; every rank passes the same n and
+ * counts).  On NCCL the n sums are one grouped launch, waited on once (a
+ * bucket of gradients as one collective); the CPU backend sums one buffer
+ * after another, each a collective of its own. */
+FLOW_EXPORT flow_err_t flow_all_reduce_group(flow_comm_t *c, void *const *bufs,
+					     const size_t *counts, size_t n,
+					     flow_dtype_t dtype,
+					     flow_diag_t *diag) FLOW_MUST_CHECK;
+
 /* send holds sum(counts) elements, block r of counts[r] elements for rank
  * r; recv gets the sum over ranks of this rank's block.  Not in place
  * (recv must not overlap send). */

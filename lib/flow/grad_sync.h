@@ -9,9 +9,13 @@
  * which then runs on NCCL's stream while the backward kernels go on on
  * theirs.
  *
- * The sums are those of flow_all_reduce over each gradient, in bucket
- * order on every rank, so the bits are the same as summing after the
- * pass; only when the sums run changes.  The communicator belongs to the
+ * A bucket is one flow_all_reduce_group over its gradients, buckets in
+ * the same order on every rank.  Over a CPU communicator that is
+ * flow_all_reduce over each gradient, so the bits are the same as summing
+ * after the pass; only when the sums run changes.  Over NCCL it is one
+ * grouped launch per bucket, the same run to run (NCCL may pick another
+ * algorithm for a group than for its members alone, which over more than
+ * two ranks can sum in another order).  The communicator belongs to the
  * communication thread from flow_grad_sync_arm to flow_grad_sync_wait:
  * the caller must not use it in between.
  *

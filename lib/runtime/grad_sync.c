@@ -1,9 +1,10 @@
 /* Overlapped data-parallel gradient sums (flow/grad_sync.h): the
  * executor's op hook releases buckets in order as their launch ops run (on
  * a device, after recording an event behind the kernels enqueued so far);
- * a communication thread all-reduces the released ones, one gradient
- * after another (on a device once the bucket's event has happened), while
- * the executor goes on.  Two counters under one lock say
+ * a communication thread all-reduces the released ones, each bucket's
+ * gradients as one grouped collective (flow_all_reduce_group: one NCCL
+ * launch; on a device once the bucket's event has happened), while the
+ * executor goes on.  Two counters under one lock say
  * where each side is: released (buckets the pass has completed) and done
  * (buckets summed); the thread sleeps while they are equal. */
 #include <config.h>
@@ -23,6 +24,8 @@ struct flow_grad_sync {
 				 * gradients are written once its event is */
 	flow_grad_buckets_t *buckets;
 	int *launched_after;    /* [nbuckets]: the op that released each */
+	void **bufs;            /* [largest bucket's count]: the thread's */
+	size_t *counts;         /* arguments to flow_all_reduce_group */
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t work;    /* released grew, or stop */
@@ -33,20 +36,18 @@ struct flow_grad_sync {
 	flow_diag_t diag;
 };
 
-/* Sum bucket b's gradients over the group, in member order. */
+/* Sum bucket b's gradients over the group, as one collective. */
 static flow_err_t sum_bucket(flow_grad_sync_t *s, size_t b, flow_diag_t *diag)
 {
 	const flow_grad_buckets_t *g = s->buckets;
 	const flow_grad_bucket_t *k = &g->buckets[b];
-	flow_err_t err = FLOW_OK;
-	for (size_t m = k->first; m < k->first + k->count && !err; m++) {
-		const flow_grad_bucket_member_t *mb = &g->members[m];
-		float *grad = flow_exec_tensor(s->exec, mb->grad);
-		err = flow_all_reduce(s->comm, grad, grad,
-				      mb->bytes / sizeof(float), FLOW_DTYPE_F32,
-				      diag);
+	for (size_t i = 0; i < k->count; i++) {
+		const flow_grad_bucket_member_t *mb = &g->members[k->first + i];
+		s->bufs[i] = flow_exec_tensor(s->exec, mb->grad);
+		s->counts[i] = mb->bytes / sizeof(float);
 	}
-	return err;
+	return flow_all_reduce_group(s->comm, s->bufs, s->counts, k->count,
+				     FLOW_DTYPE_F32, diag);
 }
 
 static void *sync_thread(void *arg)
@@ -93,6 +94,17 @@ static void free_events(flow_grad_sync_t *s)
 			s->storage->event_free(s->events[b]);
 	free(s->events);
 	s->events = NULL;
+}
+
+/* Free s and what it holds (not its thread nor its lock). */
+static void free_state(flow_grad_sync_t *s)
+{
+	free_events(s);
+	free(s->counts);
+	free(s->bufs);
+	free(s->launched_after);
+	flow_grad_buckets_free(s->buckets);
+	free(s);
 }
 
 /* Release the buckets whose launch op is op: on a device, after an event
@@ -146,16 +158,20 @@ flow_err_t flow_grad_sync_new(flow_exec_t *exec, flow_comm_t *comm,
 		free(s);
 		return err;
 	}
-	size_t n = s->buckets->nbuckets ? s->buckets->nbuckets : 1;
+	size_t n = s->buckets->nbuckets ? s->buckets->nbuckets : 1, most = 1;
+	for (size_t b = 0; b < s->buckets->nbuckets; b++)
+		if (s->buckets->buckets[b].count > most)
+			most = s->buckets->buckets[b].count;
 	s->launched_after = calloc(n, sizeof *s->launched_after);
-	if (device && s->launched_after && (s->events = calloc(n, sizeof *s->events)))
+	s->bufs = calloc(most, sizeof *s->bufs);
+	s->counts = calloc(most, sizeof *s->counts);
+	if (device && (s->events = calloc(n, sizeof *s->events)))
 		for (size_t b = 0; b < s->buckets->nbuckets && s->events; b++)
 			if (!(s->events[b] = st->event_new()))
 				free_events(s);
-	if (!s->launched_after || (device && !s->events)) {
-		free(s->launched_after);
-		flow_grad_buckets_free(s->buckets);
-		free(s);
+	if (!s->launched_after || !s->bufs || !s->counts ||
+	    (device && !s->events)) {
+		free_state(s);
 		return flow_diag_set(diag, FLOW_ERR_NOMEM,
 				     "out of memory for the gradient buckets' "
 				     "bookkeeping");
@@ -168,10 +184,7 @@ flow_err_t flow_grad_sync_new(flow_exec_t *exec, flow_comm_t *comm,
 		pthread_cond_destroy(&s->idle);
 		pthread_cond_destroy(&s->work);
 		pthread_mutex_destroy(&s->lock);
-		free_events(s);
-		free(s->launched_after);
-		flow_grad_buckets_free(s->buckets);
-		free(s);
+		free_state(s);
 		return flow_diag_errno(diag, FLOW_ERR_IO, rc,
 				       "cannot start the gradient-sum thread");
 	}
@@ -190,13 +203,10 @@ void flow_grad_sync_free(flow_grad_sync_t *s)
 	pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
 	pthread_join(s->thread, NULL);
-	free_events(s);
 	pthread_cond_destroy(&s->idle);
 	pthread_cond_destroy(&s->work);
 	pthread_mutex_destroy(&s->lock);
-	free(s->launched_after);
-	flow_grad_buckets_free(s->buckets);
-	free(s);
+	free_state(s);
 }
 
 void flow_grad_sync_arm(flow_grad_sync_t *s)

@@ -63,8 +63,16 @@ static void test_comm_one_rank_collectives_copy(void **state)
 	assert_int_equal(flow_all_reduce(worldutil_comm, NULL, NULL, 0, FLOW_DTYPE_F32,
 					 &diag),
 			 FLOW_OK);
+	/* A group of two, summed one after the other off NCCL. */
+	void *bufs[2] = { in, in + 3 };
+	size_t group_counts[2] = { 3, 2 };
+	assert_int_equal(flow_all_reduce_group(worldutil_comm, bufs,
+					       group_counts, 2, FLOW_DTYPE_F32,
+					       &diag),
+			 FLOW_OK);
+	assert_memory_equal(in, out, sizeof in);
 	/* Every collective counts, point to point does not. */
-	assert_int_equal(flow_comm_seq(worldutil_comm), seq + 8);
+	assert_int_equal(flow_comm_seq(worldutil_comm), seq + 10);
 }
 
 static void test_comm_bad_arguments_are_usage_errors(void **state)
@@ -89,6 +97,16 @@ static void test_comm_bad_arguments_are_usage_errors(void **state)
 	assert_int_equal(flow_all_reduce(worldutil_comm, &x, &x, SIZE_MAX / 2,
 					 FLOW_DTYPE_F32, &diag),
 			 FLOW_ERR_RANGE);
+	void *bufs[2] = { &x, &x };
+	size_t counts[2] = { 1, SIZE_MAX };
+	assert_int_equal(flow_all_reduce_group(worldutil_comm, bufs, counts, 2,
+					       FLOW_DTYPE_F32, &diag),
+			 FLOW_ERR_RANGE);
+	flow_diag_clear(&diag);
+	assert_int_equal(flow_all_reduce_group(worldutil_comm, bufs, counts, 1,
+					       FLOW_DTYPE_U16, &diag),
+			 FLOW_ERR_USAGE);
+	assert_string_equal(diag.msg, "cannot sum dtype 'u16'");
 	assert_false(flow_comm_can_reduce(FLOW_COMM_CPU, FLOW_DTYPE_U16));
 	assert_true(flow_comm_can_reduce(FLOW_COMM_CPU, FLOW_DTYPE_BF16));
 }
