@@ -14,8 +14,15 @@ load common
 PY=/usr/bin/python3
 PARITY=$top_srcdir/tests/ref/gpt_parity.py
 
+# Importing torch takes seconds: once per file.
+setup_file() {
+	PARITY_TORCH=no
+	"$PY" -c 'import torch, numpy' >/dev/null 2>&1 && PARITY_TORCH=yes
+	export PARITY_TORCH
+}
+
 setup() {
-	if ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
+	if [ "$PARITY_TORCH" != yes ]; then
 		skip "$PY cannot import torch and numpy (install Debian's python3-torch)"
 	fi
 	cd "$BATS_TEST_TMPDIR"

@@ -198,7 +198,7 @@ survivors_name() {
 
 GPT=gpt:layers=2,heads=2,dim=32,vocab=256,seq=32
 TRAIN_TIMEOUT=10
-STEPS=1500
+STEPS=800
 TRAIN=(--model "$GPT" --batch 4 --seq-len 32 --peak-gflops 0 --steps "$STEPS"
 	--comm-timeout "$TRAIN_TIMEOUT" --ckpt-dir ck --ckpt-every 100)
 TRAIN_SLACK=10

@@ -146,6 +146,14 @@ def main(argv=None):
     a = parse_args(argv)
     # OpenBLAS and OpenMP read their thread counts when they load.
     os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
+    # A wrong --flow-bin is told before torch takes seconds to import.
+    flow_train = os.path.join(a.flow_bin, "flow-train")
+    flow_shard = os.path.join(a.flow_bin, "flow-shard")
+    for prog in (flow_train, flow_shard):
+        if not os.access(prog, os.X_OK):
+            print(f"gpt_parity.py: {prog} is not an executable program",
+                  file=sys.stderr)
+            return 2
     try:
         import numpy as np
         import torch
@@ -155,14 +163,6 @@ def main(argv=None):
         return 77
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_gpt as tg
-
-    flow_train = os.path.join(a.flow_bin, "flow-train")
-    flow_shard = os.path.join(a.flow_bin, "flow-shard")
-    for prog in (flow_train, flow_shard):
-        if not os.access(prog, os.X_OK):
-            print(f"gpt_parity.py: {prog} is not an executable program",
-                  file=sys.stderr)
-            return 2
     cfg = tg.parse_spec(a.model)
     B, T, K, N = a.batch, a.seq_len, a.grad_accum, a.steps
     hp = tg.Hyper(lr=a.lr, min_lr=a.min_lr, warmup=a.warmup, clip=a.clip,
