@@ -379,24 +379,32 @@ static flow_err_t group_end_wait(flow_comm_t *c, flow_err_t err,
 	return err ? err : wait_done(c, c->impl, true, diag);
 }
 
-/* The n sums in one NCCL group: one launch, one wait. */
+/* Operations NCCL takes between ncclGroupStart and ncclGroupEnd: the
+ * maximum its user guide gave (2.11), kept for every version. */
+#define NCCL_GROUP_MAX 2048
+
+/* The n sums in one NCCL group: one launch, one wait (one per
+ * NCCL_GROUP_MAX sums). */
 static flow_err_t nccl_all_reduce_group(flow_comm_t *c, void *const *bufs,
 					const size_t *counts, size_t n,
 					flow_dtype_t dtype, flow_diag_t *diag)
 {
 	nccl_state_t *s = c->impl;
 	flow_err_t err = FLOW_OK;
-	FLOW_NCCL_TRY(c, ncclGroupStart(), out);
-	for (size_t i = 0; i < n; i++)
-		if (counts[i])
-			FLOW_NCCL_TRY(c, ncclAllReduce(bufs[i], bufs[i],
-						       counts[i],
-						       nccl_type(dtype),
-						       ncclSum, s->comm,
-						       s->stream),
-				      group);
+	for (size_t first = 0; first < n && !err; first += NCCL_GROUP_MAX) {
+		size_t end = n - first < NCCL_GROUP_MAX ? n : first + NCCL_GROUP_MAX;
+		FLOW_NCCL_TRY(c, ncclGroupStart(), out);
+		for (size_t i = first; i < end; i++)
+			if (counts[i])
+				FLOW_NCCL_TRY(c, ncclAllReduce(bufs[i], bufs[i],
+							       counts[i],
+							       nccl_type(dtype),
+							       ncclSum, s->comm,
+							       s->stream),
+					      group);
 group:
-	err = group_end_wait(c, err, diag);
+		err = group_end_wait(c, err, diag);
+	}
 out:
 	return err;
 }
