@@ -130,12 +130,13 @@
  *   Through cuDNN: flash attention rounds its probabilities unnormalised
  *   and tile by tile, and its backward takes rowsum(dout * out) from the
  *   bf16 out and writes a bf16 gradient that is then added and rounded
- *   again, so many elements legitimately differ by a rounding or more
- *   (tests/ref/cudnn_attention_tolerance.py emulates the rowsum on these
- *   shapes: dq and dk off by up to 1.95e-3, a quarter of their elements
- *   by a rounding or more): out atol 1e-3, dqkv atol 3e-3, each plus two
- *   roundings (2^-6 |cpu|), flips unlimited; a dropped accumulation or a
- *   wrong index is off by ~0.5.
+ *   again, so many elements legitimately differ by a rounding or more.
+ *   tests/ref/cudnn_attention_tolerance.py emulates all three on these
+ *   shapes; beside two roundings (2^-6 |cpu|) the worst over 32 seeds
+ *   needed atol 2.5e-3 for out (rows with few keys, outputs near zero)
+ *   and 3.8e-3 for dqkv: out atol 5e-3, dqkv atol 8e-3, each plus two
+ *   roundings, flips unlimited; a dropped accumulation or a wrong index
+ *   is off by ~0.5.
  * - cross_entropy_bf16 and its split steps (logits bf16 U(-4,4)): the fp32
  *   tolerances for losses, max and sums; dlogits atol 1e-9, 1% (expf
  *   within 2 ulp: ~1e-4 flip).
@@ -1526,7 +1527,8 @@ static void test_attention_bf16(bool own)
 	if (!own)
 		g_attention_cudnn += ran_cudnn;
 	check_floats(&c, "lse", lse, d_lse, nlse, 1e-5, 1e-5);
-	check_bf16_slack(&c, "out", out, d_out, nout, 1e-3, ran_cudnn ? 2 : 1,
+	check_bf16_slack(&c, "out", out, d_out, nout, ran_cudnn ? 5e-3 : 1e-3,
+			 ran_cudnn ? 2 : 1,
 			 ran_cudnn ? 1.0 : 0.02, NULL, 0.0);
 	TIME_US(us, flow_cuda_attention_bf16_forward(d_out, d_lse, d_scratch,
 						     d_qkv, B, T, C, NH,
@@ -1548,7 +1550,7 @@ static void test_attention_bf16(bool own)
 	if (!own)
 		g_attention_cudnn += ran_cudnn;
 	check_bf16_slack(&c, "dqkv", dqkv, d_dqkv, nqkv,
-			 ran_cudnn ? 3e-3 : 1e-3, ran_cudnn ? 2 : 1,
+			 ran_cudnn ? 8e-3 : 1e-3, ran_cudnn ? 2 : 1,
 			 ran_cudnn ? 1.0 : 0.02, NULL, 0.0);
 	TIME_US(us, flow_cuda_attention_bf16_backward(
 			    d_dqkv, d_scratch, d_dout, d_qkv, d_lse_cpu,
