@@ -75,8 +75,12 @@ flow_shard=${FLOW_SHARD:-flow-shard}
 python=${PYTHON:-python3}
 torch_gpt=$(cd "$(dirname "$0")/../tests/ref" && pwd)/torch_gpt.py
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpu-train-vs-torch.XXXXXX")
+# PyTorch runs under timeout(1), in a process group of its own: waited for
+# in the background (bg_wait), so that a TERM to this script reaches it.
+. "$(dirname "$0")/../tests/gpu/bg-wait.bash"
 trap 'rm -rf "$tmp"' EXIT
-trap 'exit 143' INT TERM # through the EXIT trap, and no further run
+# Through the EXIT trap, and no further run.
+trap '[ -z "$child" ] || kill -TERM "$child" 2>/dev/null; exit 143' INT TERM
 
 # Random GPT-2 token ids as an llm.c token file (header of 256 int32:
 # magic 20240520, version 1, count; then uint16 ids), then a dataset.
@@ -93,7 +97,10 @@ EOF
 total=$((steps + warmup))
 if ! "$flow_train" --model "$model" --batch "$batch" --seq-len "$seq" --steps "$total" \
 	--data "$tmp/data" --device cuda --precision "$precision" >"$tmp/flow.tsv" 2>"$tmp/flow.err"; then
+	# The first line says what failed; the rest (a retry's reason: out
+	# of memory, cuDNN) follows.
 	echo "$prog: flow-train failed: $(head -n 1 "$tmp/flow.err")" >&2
+	tail -n +2 "$tmp/flow.err" >&2
 	exit 1
 fi
 grep -E '^# (device|binding|kernels|attention)' "$tmp/flow.tsv"
@@ -121,7 +128,7 @@ if "$python" -c 'import torch, numpy; assert torch.cuda.is_available()' 2>/dev/n
 		flag=
 		[ "$mode" = compile ] && flag=--compile
 		rc=0
-		timeout -k 5 "${TORCH_TIMEOUT:-150}" "$python" "$torch_gpt" bench \
+		bg_wait timeout -k 5 "${TORCH_TIMEOUT:-150}" "$python" "$torch_gpt" bench \
 			--device cuda --precision "$precision" $flag \
 			--model "$model" --batch "$batch" --seq-len "$seq" --steps "$steps" \
 			--warmup-steps "$warmup" >"$tmp/torch-$mode.tsv" 2>"$tmp/torch-$mode.err" ||

@@ -62,6 +62,11 @@
 #                      (nvidia-smi lists one, or /dev/nvidia0 exists);
 #                      yes: always a failure; no: never
 #   CONFIGURE_ARGS     extra configure arguments
+#   GPU_SUITE_SKIP     phases to leave out, for a rerun that must fit the
+#                      device time a first run left (a full run does not
+#                      fit twice): any of check (make check), gpt2
+#                      (train.sh's GPT-2 124M row), bench; said in the
+#                      summary, not counted
 #
 # Counting: the test cases of make check (scripts/count-tests.sh: cmocka cases
 # and bats cases), plus one per kernel row of test_cuda_kernels, one per
@@ -144,6 +149,12 @@ trap '[ -z "$child" ] || kill -TERM "$child" 2>/dev/null || true
 left() {
 	echo $((budget - ($(date +%s) - start)))
 }
+# Is phase $1 named in GPU_SUITE_SKIP (words, or commas)?
+skipping() {
+	local words=${GPU_SUITE_SKIP:-}
+	case " ${words//,/ } " in *" $1 "*) return 0 ;; esac
+	return 1
+}
 # A phase's timeout: its own cap or what is left of the budget, the smaller.
 cap() {
 	local l
@@ -203,7 +214,11 @@ run_phase() {
 # The GPU: is one there?  (nvidia-smi may live outside PATH.)
 gpu_seen=no
 nvsmi=$(command -v nvidia-smi 2>/dev/null || true)
-[ -z "$nvsmi" ] && [ -x /usr/local/nvidia/bin/nvidia-smi ] && nvsmi=/usr/local/nvidia/bin/nvidia-smi
+if [ -z "$nvsmi" ] && [ -x /usr/local/nvidia/bin/nvidia-smi ]; then
+	nvsmi=/usr/local/nvidia/bin/nvidia-smi
+	# train.sh sizes the GPT-2 batch by nvidia-smi's memory figure.
+	export PATH=$PATH:/usr/local/nvidia/bin
+fi
 # (No 'cmd | grep -q' under pipefail: grep's early exit can fail cmd.)
 gpus=
 [ -n "$nvsmi" ] && gpus=$(timeout 30 "$nvsmi" -L 2>&1 || true)
@@ -746,6 +761,9 @@ if [ "$skip_fails" = yes ] || [ "$gpu_rc" -eq 0 ]; then
 fi
 
 # ---- 7. CPU unit tests -----------------------------------------------------------------------
+if skipping check; then
+	note "make check: skipped (GPU_SUITE_SKIP)"
+else
 run_phase check 240 "$logs/check.log" make -C "$build" -j"$jobs" check
 check_rc=$phase_rc
 {
@@ -772,11 +790,14 @@ fi
 for l in $(grep -E '^(FAIL|ERROR|XPASS):' "$logs/check.log" | head -n 20 | tr ' ' '_' || true); do
 	note "  ${l//_/ }"
 done
+fi
 
 # ---- 8. benchmark (informational) ------------------------------------------------------------
 : >"$logs/bench.log"
 bench=$build/bin/flow-bench
-if [ "$(left)" -gt 30 ] && [ -x "$bench" ]; then
+if skipping bench; then
+	note "bench: skipped (GPU_SUITE_SKIP)"
+elif [ "$(left)" -gt 30 ] && [ -x "$bench" ]; then
 	# flow's matmul against the BLAS's own sgemm (and the sgemm ceiling) at
 	# two GPT-2 layer shapes; each result is also checked.
 	run_phase bench-matmul 60 "$logs/bench.log" "$bench" kernel matmul \

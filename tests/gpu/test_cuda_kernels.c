@@ -111,8 +111,9 @@
  *   epilogue of the fp32 sum (flow/kernels.h), which moves it by up to
  *   gelu' <= 1.13 times pre's rounding, 2^-9 |pre|, often more than
  *   out's own spacing where gelu(pre) is small: atol 2e-4 (the GELUs'
- *   difference, as fp32) + 1.13 * 2^-8 |pre| (doubled for margin), flips
- *   unlimited.
+ *   difference, as fp32) + 1.13 * 2^-8 |pre| (the slope times the worst
+ *   case of pre's rounding, half a bf16 ulp at the bottom of a binade;
+ *   the slope is at most 1.09 where that case occurs), flips unlimited.
  * - layernorm_bf16, residual_layernorm_bf16: out atol 1e-5 (the fp32
  *   kernels' tolerance), 1% (fp32 results a few ulp apart: ~1e-4 flip);
  *   mean, rstd, res and the backward's fp32 dinp, dres, da, dweight,

@@ -21,19 +21,25 @@
 #  bf16           the same run with --precision bf16: losses within 2e-2
 #                 relative of fp32.
 #  bf16-vs-cpu    that run against --precision bf16 on the CPU: the same
-#                 bf16 activations and exact products, only the order of
-#                 the fp32 sums differs, which can round a stored
-#                 activation to the neighbouring bf16 value, and every
-#                 later one sees it: losses and gradient norms within
-#                 1e-3 relative.  Measured on the CPU between its kernel
-#                 set and the reference set (double sums), which differ
-#                 the same way, over seeds 1 to 4 and 7 of this run: losses
-#                 6.1e-5 and norms 2.5e-4 apart at worst.  bf16 against
-#                 fp32 differs by 2.7e-4 to 7.7e-4 in the norms here, so
-#                 this row does not tell the precisions apart: the kernel
-#                 rows of run.sh hold each bf16 twin to the CPU's
-#                 roundings.  The row prints the norms' distance to the
-#                 fp32 CPU run, for scale.
+#                 bf16 activations and exact products; the order of the
+#                 fp32 sums differs, which can round a stored activation
+#                 to the neighbouring bf16 value, and every later one sees
+#                 it.  Measured on the CPU between its kernel set and the
+#                 reference set (double sums), which differ that way, over
+#                 seeds 1 to 4 and 7 of this run: losses 6.1e-5 and norms
+#                 2.5e-4 apart at worst.  The GPU differs more, by
+#                 design: its GEMM epilogue takes the GELU of the fp32 sum
+#                 where the CPU takes it of the rounded one, and cuDNN's
+#                 flash attention rounds its probabilities unnormalised
+#                 (tests/ref/cudnn_attention_tolerance.py), each up to a
+#                 bf16 rounding on many elements, compounded over 20
+#                 steps and not measured: losses and gradient norms within
+#                 2e-3 relative.  bf16 against fp32 differs by 1.5e-3 in
+#                 the norms here (on the CPU), so this row does not tell
+#                 the precisions apart: the kernel rows of run.sh hold each
+#                 bf16 twin to the CPU's roundings; this one catches a
+#                 kernel the small runs use wrongly.  The row prints the
+#                 norms' distance to the fp32 CPU run, for scale.
 #  bf16-deterministic  the bf16 run twice: the same losses, bit for bit.
 #                 The bf16 runs' attention is cuDNN's fused attention where
 #                 cuDNN is there (the bf16 row says which ran).
@@ -188,7 +194,7 @@ if [ "$bf16_rc" -eq 0 ]; then
 	if run cpubf16 "${TRAIN[@]}" --data data --device cpu --precision bf16; then
 		far=$(within bf16.tsv cpu.tsv 0 5)
 		d='' n=''
-		if d=$(within bf16.tsv cpubf16.tsv 1e-3) && n=$(within bf16.tsv cpubf16.tsv 1e-3 5); then
+		if d=$(within bf16.tsv cpubf16.tsv 2e-3) && n=$(within bf16.tsv cpubf16.tsv 2e-3 5); then
 			row bf16-vs-cpu yes "$d; $n (fp32 CPU: ${far#*, })"
 		else
 			row bf16-vs-cpu no "$d; $n (fp32 CPU: ${far#*, })"
@@ -352,6 +358,13 @@ gpt2_batch() {
 	done
 	B=8 why_b="none up to ${FLOW_GPU_BENCH_MAX_BATCH:-64} fits $total MiB by the plan: 8"
 }
+skip=${GPU_SUITE_SKIP:-}
+case " ${skip//,/ } " in *" gpt2 "*)
+	echo "# gpt2-124m: skipped (GPU_SUITE_SKIP)"
+	[ "$failed" -eq 0 ]
+	exit
+	;;
+esac
 if [ -n "${FLOW_GPU_BENCH_BATCH:-}" ]; then
 	B=$FLOW_GPU_BENCH_BATCH why_b="FLOW_GPU_BENCH_BATCH"
 else
@@ -373,22 +386,26 @@ gpt2() { # PRECISION [ENV...]
 prec=bf16
 gpt2_rc=0
 gpt2 bf16 || gpt2_rc=$?
+# A run that timed out is not run again in another form: the time is gone.
+failed_in_time() {
+	[ "$gpt2_rc" -ne 0 ] && [ "$gpt2_rc" -ne 124 ] && [ "$gpt2_rc" -ne 137 ]
+}
 # Out of memory after all (the plan does not count CUDA's own): half.
-if [ "$gpt2_rc" -ne 0 ] && [ "$B" -gt 8 ] && grep -qi 'out of memory' gpt2.err; then
+if failed_in_time && [ "$B" -gt 8 ] && grep -qi 'out of memory' gpt2.err; then
 	B=$((B / 2)) why_b="$why_b; out of memory there, so half"
 	gpt2_rc=0
 	gpt2 bf16 || gpt2_rc=$?
 fi
 # A failure in cuDNN's attention: bf16 with flow's own attention kernel,
 # so that the bf16 figures are still measured (the row says so).
-if [ "$gpt2_rc" -ne 0 ] && grep -q 'cuDNN' gpt2.err; then
+if failed_in_time && grep -q 'cuDNN' gpt2.err; then
 	why_b="$why_b; cuDNN failed, so FLOW_CUDNN=0: $(grep -m1 cuDNN gpt2.err | cut -c1-160)"
 	gpt2_rc=0
 	gpt2 bf16 FLOW_CUDNN=0 || gpt2_rc=$?
 fi
 # Should flow's bf16 fail, fp32 without PyTorch (PYTHON=false: not
 # importable), so that the fallback costs one flow run, not three.
-if [ "$gpt2_rc" -ne 0 ]; then
+if failed_in_time; then
 	prec=fp32 gpt2_rc=0
 	PYTHON=false gpt2 fp32 || gpt2_rc=$?
 fi
@@ -396,6 +413,8 @@ if [ "$gpt2_rc" -eq 0 ]; then
 	stats=$(awk -F'\t' '$1 == "flow" { printf "%s ms/step, %s tokens/s, MFU %s", $2, $3, $4 }' gpt2.out)
 	row gpt2-124m yes "$prec, B=$B ($why_b), T=1024: $stats"
 	awk '/^program/ { t = 1 } t || /^#/' gpt2.out | sed 's/^\([^#]\)/# \1/'
+elif [ "$gpt2_rc" -eq 124 ] || [ "$gpt2_rc" -eq 137 ]; then
+	row gpt2-124m no "timed out after 200 s ($prec, B=$B): $(grep -m1 '^flow' gpt2.out || echo 'flow gave no figures')"
 else
 	row gpt2-124m no "$(grep -m1 -E 'failed|error|flow-' gpt2.err || tail -n 1 gpt2.err)"
 fi
