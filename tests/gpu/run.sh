@@ -45,7 +45,7 @@
 #   OUT                logs go there (otherwise $BUILD_DIR/gpu-logs): setup.log,
 #                      configure.log, build.log, gpu.log, check.log, bench.log,
 #                      summary.txt (7 files)
-#   GPU_SUITE_BUDGET   seconds for the whole run (default 460, under the 8
+#   GPU_SUITE_BUDGET   seconds for the whole run (default 470, under the 8
 #                      minutes a GPU check may take; the build and the CPU
 #                      suite need about 90 on 16 cores, train.sh up to 240);
 #                      a phase gets what is left, and
@@ -80,7 +80,7 @@ set -o pipefail
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-/tmp/flow-build-gpu}
 logs=${OUT:-$build/gpu-logs}
-budget=${GPU_SUITE_BUDGET:-460}
+budget=${GPU_SUITE_BUDGET:-470}
 deps_mode=${FLOW_GPU_DEPS:-auto}
 P=${FLOW_DEPS_PREFIX:-/tmp/flow-deps}
 L=$P/usr/lib/x86_64-linux-gnu
