@@ -528,17 +528,13 @@ flow_err_t flow_all_reduce_group(flow_comm_t *c, void *const *bufs,
 				 const size_t *counts, size_t n,
 				 flow_dtype_t dtype, flow_diag_t *diag)
 {
-	size_t bytes = 0, total = 0;
+	size_t bytes = 0;
 	flow_err_t err = check_usable(c, dtype, true, diag);
-	for (size_t i = 0; i < n && !err; i++) {
+	for (size_t i = 0; i < n && !err; i++)
 		err = check_bytes(counts[i], dtype, &bytes, diag);
-		if (!err && !flow_add_size(total, counts[i], &total))
-			err = flow_diag_set(diag, FLOW_ERR_RANGE,
-					    "counts overflow the address space");
-	}
 	if (err)
 		return err;
-	if (!c->ops || !c->ops->all_reduce_group || total == 0) {
+	if (!c->ops || !c->ops->all_reduce_group) {
 		for (size_t i = 0; i < n && !err; i++)
 			err = flow_all_reduce(c, bufs[i], bufs[i], counts[i],
 					      dtype, diag);

@@ -574,41 +574,19 @@ static flow_err_t case_all_reduce(suite_t *s, const dtype_case_t *dc,
 	return err;
 }
 
-static flow_err_t case_all_reduce_in_place(suite_t *s, const dtype_case_t *dc,
-					   size_t n, spread_t spread)
-{
-	check_t k;
-	flow_err_t err = check_open(&k, s, dc, 0, n,
-				    "in-place all-reduce %s count %zu",
-				    flow_dtype_name(dc->dtype), n);
-	(void)spread;
-	if (err != FLOW_OK)
-		return err;
-	fill_block(dc, true, k.salt, s->rank, -1, 0, n, k.recv.host);
-	fill_sum(dc, k.salt, s->size, 0, n, k.want);
-	err = check_start(&k);
-	if (err == FLOW_OK)
-		err = flow_all_reduce(s->comm, k.recv.dev, k.recv.dev, n,
-				      dc->dtype, &s->job->diag);
-	if (err == FLOW_OK)
-		err = check_finish(&k, true, false);
-	check_free(&k);
-	return err;
-}
-
-/* n elements summed as a group of three buffers: the first third, an
- * empty one, and the rest but one element, which must keep this rank's
- * value. */
-static flow_err_t case_all_reduce_group(suite_t *s, const dtype_case_t *dc,
-					size_t n, spread_t spread)
+/* n elements summed in place: as one buffer, or (grouped) as a group of
+ * three, the first third, an empty one and the rest but one element,
+ * which must keep this rank's value. */
+static flow_err_t all_reduce_in_place(suite_t *s, const dtype_case_t *dc,
+				      size_t n, bool grouped)
 {
 	size_t elem = flow_dtype_size(dc->dtype);
-	size_t a = n / 3, gap = n >= 4;
+	size_t a = n / 3, gap = grouped && n >= 4;
 	check_t k;
 	flow_err_t err = check_open(&k, s, dc, 0, n,
-				    "grouped all-reduce %s count %zu",
+				    "%s all-reduce %s count %zu",
+				    grouped ? "grouped" : "in-place",
 				    flow_dtype_name(dc->dtype), n);
-	(void)spread;
 	if (err != FLOW_OK)
 		return err;
 	fill_block(dc, true, k.salt, s->rank, -1, 0, n, k.recv.host);
@@ -617,17 +595,33 @@ static flow_err_t case_all_reduce_group(suite_t *s, const dtype_case_t *dc,
 		memcpy(k.want + a * elem, (unsigned char *)k.recv.host + a * elem,
 		       elem);
 	err = check_start(&k);
-	if (err == FLOW_OK) {
-		unsigned char *dev = k.recv.dev;
-		void *bufs[3] = { dev, dev + a * elem, dev + (a + gap) * elem };
-		size_t counts[3] = { a, 0, n - a - gap };
+	unsigned char *dev = k.recv.dev;
+	void *bufs[3] = { dev, dev + a * elem, dev + (a + gap) * elem };
+	size_t counts[3] = { a, 0, n - a - gap };
+	if (err == FLOW_OK && grouped)
 		err = flow_all_reduce_group(s->comm, bufs, counts, 3, dc->dtype,
 					    &s->job->diag);
-	}
+	else if (err == FLOW_OK)
+		err = flow_all_reduce(s->comm, dev, dev, n, dc->dtype,
+				      &s->job->diag);
 	if (err == FLOW_OK)
 		err = check_finish(&k, true, false);
 	check_free(&k);
 	return err;
+}
+
+static flow_err_t case_all_reduce_in_place(suite_t *s, const dtype_case_t *dc,
+					   size_t n, spread_t spread)
+{
+	(void)spread;
+	return all_reduce_in_place(s, dc, n, false);
+}
+
+static flow_err_t case_all_reduce_group(suite_t *s, const dtype_case_t *dc,
+					size_t n, spread_t spread)
+{
+	(void)spread;
+	return all_reduce_in_place(s, dc, n, true);
 }
 
 static flow_err_t case_reduce_scatter(suite_t *s, const dtype_case_t *dc,
